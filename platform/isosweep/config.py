@@ -1,0 +1,271 @@
+"""Typed, frozen, validated trial configuration, loaded from YAML with ``--set key=value`` overrides.
+
+One model per concern (task, model, rollout, algorithm, eval) and ``TrialConfig`` on top. Values
+that follow from others -- the number of steps M, the learning rate by the square-root rule, the
+regularisation by difficulty -- are functions of the config (``steps``, ``learning_rate``,
+``kl_coef``, ``entropy_coef``), never fields written back into it.
+
+A bad file stops before any work with a ``ConfigError`` naming the file, the key and what is
+allowed, e.g. ``sweeps/trials/easy.yaml: key 'Bp': must be greater than 0 (got -4)``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from isosweep.models.family import SIZES
+from isosweep.tasks import get_task
+
+Difficulty = Literal["easy", "hard"]
+
+DIFFICULTY_BANDS: dict[str, tuple[float, float]] = {"easy": (0.3, 1.0), "hard": (0.0, 0.3)}
+"""Base pass-rate band ``[low, high)`` (``high`` inclusive at 1.0) of the problems in each set."""
+
+REGULARISATION: dict[str, tuple[float, float]] = {"easy": (1e-3, 1e-3), "hard": (0.0, 0.0)}
+"""Default ``(kl_coef, entropy_coef)`` per difficulty: on for easy sets, off for hard ones."""
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message names the file, the key and what is allowed."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TaskConfig(_Section):
+    """Which problems a trial trains and evaluates on."""
+
+    name: str = "arithmetic"
+    """A built-in task (``arithmetic``, ``countdown``) or a JSONL dataset (``data.jsonl``, ``jsonl:path``)."""
+    levels: tuple[int, ...] = (2,)
+    """Task difficulty levels to draw problems from (digits for arithmetic, numbers for countdown)."""
+    difficulty: Difficulty = "easy"
+    """Problem set by base pass rate: ``easy`` (rate >= 0.3) or ``hard`` (rate < 0.3)."""
+    eval_problems: int = Field(512, gt=0)
+    """Held-out problems per evaluation (fewer if the set has fewer)."""
+
+    @field_validator("name")
+    @classmethod
+    def _known_task(cls, name: str) -> str:
+        get_task(name)
+        return name
+
+    @model_validator(mode="after")
+    def _known_levels(self) -> TaskConfig:
+        allowed = get_task(self.name).levels
+        bad = [lv for lv in self.levels if lv not in allowed]
+        if bad or not self.levels:
+            raise ValueError(f"levels {list(self.levels)} not allowed for task {self.name!r}; "
+                             f"allowed: a non-empty subset of {list(allowed)}")
+        return self
+
+
+class ModelConfig(_Section):
+    """The policy's starting point."""
+
+    name: str = "tiny-1m"
+    """A tiny size (``tiny-0.3m``, ``tiny-1m``, ``tiny-5m``: its cached base model), a local path or a hub name."""
+    warmup_seed: int = Field(0, ge=0)
+    """Seed of the tiny base model's warm-up (ignored for other models)."""
+
+    @field_validator("name")
+    @classmethod
+    def _known_model(cls, name: str) -> str:
+        if name in SIZES or Path(name).exists() or re.fullmatch(r"[\w.-]+/[\w.-]+", name):
+            return name
+        raise ValueError(f"unknown model {name!r}; allowed: a tiny size ({', '.join(SIZES)}), "
+                         "an existing local path, or a hub name such as 'Qwen/Qwen2.5-0.5B'")
+
+
+class RolloutConfig(_Section):
+    """How completions are sampled."""
+
+    engine: Literal["hf"] = "hf"
+    """Rollout engine: ``hf`` (in-process Hugging Face model)."""
+    temperature: float = Field(1.0, gt=0)
+    """Sampling temperature; log-probs are post-temperature on both sides."""
+    max_new_tokens: int = Field(8, gt=0)
+    """Cap on completion length in tokens (``<eos>`` included)."""
+
+
+class AlgorithmConfig(_Section):
+    """GRPO hyperparameters."""
+
+    lr_ref: float = Field(1e-4, gt=0)
+    """Learning rate at batch ``batch_ref``; scaled by ``sqrt(Bp * n / batch_ref)``."""
+    batch_ref: int = Field(128, gt=0)
+    """Reference batch (rollouts per step) for ``lr_ref``."""
+    clip_low: float = Field(0.2, gt=0, lt=1)
+    """PPO ratio clip below 1: ratios under ``1 - clip_low`` are clipped."""
+    clip_high: float = Field(0.28, gt=0)
+    """PPO ratio clip above 1: ratios over ``1 + clip_high`` are clipped."""
+    kl_coef: float | None = Field(None, ge=0)
+    """k3 KL-to-reference weight; default by difficulty (easy 1e-3, hard 0)."""
+    entropy_coef: float | None = Field(None, ge=0)
+    """Entropy bonus weight; default by difficulty (easy 1e-3, hard 0)."""
+    scale_adv_by_std: bool = True
+    """Divide group-centred rewards by the group's std (GRPO) or not (Dr. GRPO style)."""
+    grad_clip: float = Field(1.0, gt=0)
+    """Max global gradient norm."""
+
+
+class EvalConfig(_Section):
+    """How often and how thoroughly the policy is evaluated on held-out problems."""
+
+    every: int = Field(10, gt=0)
+    """Evaluate (and checkpoint) every this many steps, plus at the start and the end."""
+    samples: int = Field(8, gt=0)
+    """Samples per eval problem (n_eval); the estimators are unbiased for any k <= samples."""
+    k: int = Field(4, gt=0)
+    """k of mean@k, best@k and worst@k."""
+
+    @model_validator(mode="after")
+    def _k_fits(self) -> EvalConfig:
+        if self.k > self.samples:
+            raise ValueError(f"k = {self.k} needs at least k samples per problem; allowed: k <= samples ({self.samples})")
+        return self
+
+
+class TrialConfig(_Section):
+    """One GRPO training run at budget C = Bp * n * M rollouts."""
+
+    budget: int = Field(gt=0)
+    """C: compute budget in rollouts (sampled completions)."""
+    Bp: int = Field(16, gt=0)
+    """Problems per step."""
+    n: int = Field(8, gt=0)
+    """Rollouts (samples) per problem."""
+    seed: int = Field(0, ge=0)
+    """Seed of problem order, sampling and initialisation."""
+    task: TaskConfig = TaskConfig()
+    model: ModelConfig = ModelConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    algorithm: AlgorithmConfig = AlgorithmConfig()
+    eval: EvalConfig = EvalConfig()
+
+    @model_validator(mode="after")
+    def _at_least_one_step(self) -> TrialConfig:
+        if self.model.name in SIZES and self.task.name not in ("arithmetic", "countdown"):
+            raise ValueError(f"model.name {self.model.name!r} is a tiny base model, warmed up only on the synthetic "
+                             "tasks; allowed with task.name arithmetic or countdown (use a real model for datasets)")
+        if self.n < 2:
+            raise ValueError("n must be at least 2: group-relative advantages need two samples per problem")
+        if self.budget < self.Bp * self.n:
+            raise ValueError(f"budget C = {self.budget} rollouts is smaller than one step "
+                             f"(Bp * n = {self.Bp} * {self.n} = {self.Bp * self.n}); allowed: budget >= Bp * n")
+        return self
+
+
+def steps(cfg: TrialConfig) -> int:
+    """M = floor(C / (Bp * n)): optimizer steps the budget buys."""
+    return cfg.budget // (cfg.Bp * cfg.n)
+
+
+def learning_rate(cfg: TrialConfig) -> float:
+    """Square-root batch scaling: ``lr_ref * sqrt(Bp * n / batch_ref)``."""
+    return cfg.algorithm.lr_ref * math.sqrt(cfg.Bp * cfg.n / cfg.algorithm.batch_ref)
+
+
+def kl_coef(cfg: TrialConfig) -> float:
+    """KL weight: the configured one, else on for easy sets and off for hard ones."""
+    explicit = cfg.algorithm.kl_coef
+    return REGULARISATION[cfg.task.difficulty][0] if explicit is None else explicit
+
+
+def entropy_coef(cfg: TrialConfig) -> float:
+    """Entropy-bonus weight: the configured one, else on for easy sets and off for hard ones."""
+    explicit = cfg.algorithm.entropy_coef
+    return REGULARISATION[cfg.task.difficulty][1] if explicit is None else explicit
+
+
+# ---------------------------------------------------------------- loading
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """``["a.b=1", "Bp=16"]`` -> ``{"a": {"b": 1}, "Bp": 16}``; values are parsed as YAML scalars."""
+    tree: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set {pair!r}: expected key=value, e.g. --set budget=20000")
+        node = tree
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {pair!r}: {part!r} is a value, not a section")
+        node[leaf] = yaml.safe_load(raw) if raw else raw
+    return tree
+
+
+def merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """Deep-merge ``top`` over ``base`` (neither is modified)."""
+    out = dict(base)
+    for key, value in top.items():
+        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """A YAML mapping from ``path``, or a ``ConfigError`` saying why not."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of keys to values at the top level")
+    return data
+
+
+def validate(model: type[BaseModel], data: dict[str, Any], source: str) -> Any:
+    """``model.model_validate(data)``, with errors rewritten to name ``source``, each key and what is allowed."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        lines = [_describe(model, e) for e in err.errors()]
+        raise ConfigError(f"{source}: " + "\n  ".join(lines)) from None
+
+
+def load_trial(path: str | Path, overrides: list[str] | None = None) -> TrialConfig:
+    """Load a trial YAML, apply ``--set`` overrides, validate."""
+    data = merge(read_yaml(path), parse_overrides(overrides or []))
+    source = str(path) + (f" (with --set {' '.join(overrides)})" if overrides else "")
+    return validate(TrialConfig, data, source)
+
+
+def _describe(model: type[BaseModel], error: dict) -> str:
+    """One readable line for one pydantic error: key, problem, allowed values, offending input."""
+    loc = [str(part) for part in error["loc"]]
+    key = ".".join(loc) or "(top level)"
+    if error["type"] == "extra_forbidden":
+        section = _section_at(model, loc[:-1])
+        allowed = ", ".join(section.model_fields) if section else "?"
+        return f"key {key!r}: unknown key; allowed here: {allowed}"
+    message = error["msg"].removeprefix("Value error, ")
+    message = message.replace("Input should be", "must be")
+    shown = error.get("input")
+    suffix = "" if isinstance(shown, dict) or shown is None else f" (got {shown!r})"
+    return f"key {key!r}: {message}{suffix}"
+
+
+def _section_at(model: type[BaseModel], loc: list[str]) -> type[BaseModel] | None:
+    """The config class found by walking ``loc`` from ``model`` (None if it leaves the config tree)."""
+    for part in loc:
+        field = model.model_fields.get(part)
+        annotation = getattr(field, "annotation", None)
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return None
+        model = annotation
+    return model

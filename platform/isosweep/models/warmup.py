@@ -1,0 +1,170 @@
+"""Base models for RL: a deterministic supervised warm-up of each tiny size, cached on disk.
+
+A *base model* is a tiny Qwen2 trained by next-token prediction on correct solutions of a
+synthetic task for a fixed number of steps: enough to be right some of the time, not enough to
+be right always, which is the regime where RL has something to do. After training, the base
+model's pass rate is measured per problem (``probe_samples`` samples each) on pools of train and
+eval problems of every level; those rates define the easy and hard problem sets.
+
+The cache key is (size, task, seed, ``WARMUP_VERSION``); bump the version whenever this file
+changes what a base model is. A model directory appears only when complete (built in a
+temporary directory, then renamed), so a crashed build leaves nothing half-written behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from transformers import Qwen2ForCausalLM
+
+from isosweep.models.family import SIZES, qwen2_config
+from isosweep.models.tokenizer import char_tokenizer
+from isosweep.problemsets import level_pass_rates, probe_pass_rates
+from isosweep.rollout import HFEngine
+from isosweep.tasks import Task, get_task
+
+WARMUP_VERSION = "1"
+PROBE_FILE = "probe.json"
+REPORT_FILE = "base_report.json"
+
+
+@dataclass(frozen=True)
+class WarmupRecipe:
+    """How one task warms a tiny model up."""
+
+    steps: int
+    """Optimizer steps (the same for every size: larger sizes end up stronger)."""
+    level_weights: dict[int, float]
+    """Sampling weight of each difficulty level in the warm-up data."""
+    probe_levels: tuple[int, ...]
+    """Levels whose pass rates are measured after warm-up."""
+    batch: int = 128
+    lr: float = 1e-3
+    probe_samples: int = 8
+    """Samples per problem when measuring the base pass rate."""
+    probe_pool: int = 1024
+    """Problems per (split, level) whose base pass rate is measured (fewer if the level has fewer)."""
+    max_new_tokens: int = 8
+
+
+RECIPES: dict[str, WarmupRecipe] = {
+    "arithmetic": WarmupRecipe(steps=600, level_weights={1: 1.0, 2: 3.0, 3: 1.5}, probe_levels=(2, 3)),
+    "countdown": WarmupRecipe(steps=600, level_weights={2: 2.0, 3: 2.0, 4: 1.0}, probe_levels=(2, 3, 4),
+                              max_new_tokens=16),
+}
+
+
+def cache_root() -> Path:
+    """Where base models live: ``$ISOSWEEP_CACHE`` or ``~/.cache/isosweep``."""
+    return Path(os.environ.get("ISOSWEEP_CACHE", Path.home() / ".cache" / "isosweep"))
+
+
+def base_model_dir(size: str, task: str, seed: int) -> Path:
+    """The cache directory of one base model (it may not exist yet)."""
+    recipe = RECIPES[task]
+    key = json.dumps([size, asdict(SIZES[size]), task, asdict(recipe), seed, WARMUP_VERSION], sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    return cache_root() / "models" / f"{size}-{task}-s{seed}-{digest}"
+
+
+def ensure_base_model(size: str, task: str, seed: int = 0, log: Callable[[str], None] = print) -> Path:
+    """Return the base model directory, building it first if it is not cached."""
+    if size not in SIZES:
+        raise ValueError(f"unknown tiny size {size!r}; allowed: {', '.join(SIZES)}")
+    if task not in RECIPES:
+        raise ValueError(f"no warm-up recipe for task {task!r}; allowed: {', '.join(RECIPES)}")
+    target = base_model_dir(size, task, seed)
+    if (target / REPORT_FILE).exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".build-"))
+    try:
+        build_base_model(size, task, seed, tmp, log)
+        os.rename(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (target / REPORT_FILE).exists():  # unless a concurrent builder won the race
+            raise
+    return target
+
+
+def _warmup_batch(task: Task, recipe: WarmupRecipe, rng: random.Random, tokenizer) -> tuple[torch.Tensor, ...]:
+    """One batch of ``prompt + solution + <eos>`` sequences, loss on the solution part only."""
+    levels = list(recipe.level_weights)
+    weights = [recipe.level_weights[lv] for lv in levels]
+    rows, masks = [], []
+    for _ in range(recipe.batch):
+        level = rng.choices(levels, weights)[0]
+        problem = task.problems("train", level, 1, rng.randrange(2**31))[0]
+        prompt = tokenizer(problem.prompt, add_special_tokens=False)["input_ids"]
+        answer = tokenizer(task.solution(problem, rng), add_special_tokens=False)["input_ids"]
+        rows.append(prompt + answer + [tokenizer.eos_token_id])
+        masks.append([0] * len(prompt) + [1] * (len(answer) + 1))
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    attention = torch.zeros_like(ids)
+    loss_mask = torch.zeros_like(ids)
+    for i, (row, mask) in enumerate(zip(rows, masks)):
+        ids[i, :len(row)] = torch.tensor(row)
+        attention[i, :len(row)] = 1
+        loss_mask[i, :len(row)] = torch.tensor(mask)
+    return ids, attention, loss_mask
+
+
+def build_base_model(size: str, task_name: str, seed: int, out: Path,
+                     log: Callable[[str], None] = print) -> dict:
+    """Warm a fresh tiny model up on ``task_name`` and save it, its tokenizer, probe and report to ``out``."""
+    task, recipe = get_task(task_name), RECIPES[task_name]
+    tokenizer = char_tokenizer()
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(qwen2_config(size, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.01)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + math.cos(math.pi * s / recipe.steps)))
+    rng = random.Random(seed)
+    start = time.perf_counter()
+    model.train()
+    for step in range(recipe.steps):
+        ids, attention, loss_mask = _warmup_batch(task, recipe, rng, tokenizer)
+        logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1]
+        target, weight = ids[:, 1:], loss_mask[:, 1:].float()
+        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), target, reduction="none")
+        loss = (nll * weight).sum() / weight.sum()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        if step % 100 == 0 or step == recipe.steps - 1:
+            log(f"[warm-up {size}/{task_name}] step {step + 1}/{recipe.steps} loss {loss.item():.3f}")
+    train_seconds = time.perf_counter() - start
+
+    model.eval()
+    engine = HFEngine(model, tokenizer, recipe.max_new_tokens, temperature=1.0)
+    probe = probe_pass_rates(engine, task, recipe.probe_levels, recipe.probe_pool, recipe.probe_samples, seed)
+    report = {
+        "size": size,
+        "task": task_name,
+        "seed": seed,
+        "warmup_version": WARMUP_VERSION,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "warmup_seconds": round(train_seconds, 1),
+        "eval_pass@1": level_pass_rates(probe, "eval"),
+    }
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    (out / PROBE_FILE).write_text(json.dumps(probe))
+    (out / REPORT_FILE).write_text(json.dumps(report, indent=2))
+    log(f"[warm-up {size}/{task_name}] done in {train_seconds:.0f}s; eval pass@1 by level {report['eval_pass@1']}")
+    return report

@@ -1,0 +1,39 @@
+"""The character tokenizer round-trips every task string and reloads through AutoTokenizer."""
+
+from __future__ import annotations
+
+from transformers import AutoTokenizer
+
+from isosweep.models.tokenizer import EOS, PAD, char_tokenizer
+from isosweep.tasks import ALPHABET, get_task
+
+
+def test_one_token_per_character_and_roundtrip():
+    tok = char_tokenizer()
+    assert len(tok) == len(ALPHABET) + 2
+    assert (tok.pad_token, tok.eos_token) == (PAD, EOS)
+    for name in ("arithmetic", "countdown"):
+        task = get_task(name)
+        for level in task.levels[:3]:
+            for problem in task.problems("train", level, 20, seed=3):
+                text = problem.prompt + problem.answer
+                ids = tok(text, add_special_tokens=False)["input_ids"]
+                assert len(ids) == len(text)
+                assert tok.decode(ids) == text
+
+
+def test_spaces_are_tokens_not_separators():
+    tok = char_tokenizer()
+    ids = tok(" 1 2", add_special_tokens=False)["input_ids"]
+    assert len(ids) == 4
+    assert tok.decode(ids) == " 1 2"
+
+
+def test_saves_and_loads_with_auto_tokenizer(tmp_path):
+    tok = char_tokenizer()
+    tok.save_pretrained(tmp_path)
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    text = "12+34=46"
+    assert loaded(text, add_special_tokens=False)["input_ids"] == tok(text, add_special_tokens=False)["input_ids"]
+    assert loaded.eos_token_id == tok.eos_token_id and loaded.pad_token_id == tok.pad_token_id
+    assert loaded.decode(loaded(text, add_special_tokens=False)["input_ids"]) == text
