@@ -111,14 +111,18 @@ def pack(rollouts: Rollouts, pad_id: int) -> dict[str, torch.Tensor]:
     return {"ids": ids, "attention": attention, "mask": mask, "rollout_logp": rollout_logp}
 
 
+def eval_correct(engine: RolloutEngine, problems: list[Problem], task_name: str, samples: int, seed: int) -> np.ndarray:
+    """0/1 correctness of ``samples`` completions per problem, shape ``(problems, samples)``."""
+    task = get_task(task_name)
+    rollouts = engine.generate([p.prompt for p in problems], samples, seed=seed)
+    correct = [task.reward(problems[i // samples], text) for i, text in enumerate(rollouts.texts)]
+    return np.array(correct).reshape(len(problems), samples)
+
+
 def evaluate(engine: RolloutEngine, problems: list[Problem], cfg: TrialConfig) -> dict[str, float]:
     """``eval/mean@k``, ``eval/best@k``, ``eval/worst@k`` (and the stderr of mean@k) on held-out problems."""
-    task, samples = get_task(cfg.task.name), cfg.eval.samples
-    rollouts = engine.generate([p.prompt for p in problems], samples, seed=cfg.seed + 7_919)
-    correct = np.array([task.reward(problems[i // samples], text) for i, text in enumerate(rollouts.texts)])
-    stats = summarize(correct.reshape(len(problems), samples), cfg.eval.k)
-    stats["mean_length"] = rollouts.num_tokens / len(rollouts.texts)
-    return {f"eval/{key}": value for key, value in stats.items()}
+    correct = eval_correct(engine, problems, cfg.task.name, cfg.eval.samples, seed=cfg.seed + 7_919)
+    return {f"eval/{key}": value for key, value in summarize(correct, cfg.eval.k).items()}
 
 
 def make_engine(cfg: TrialConfig, model_path: str, tokenizer) -> RolloutEngine:
