@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import signal
@@ -11,9 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
-import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from isosweep.config import load_trial
