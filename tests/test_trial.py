@@ -49,8 +49,9 @@ def test_short_trial_writes_metrics_and_checkpoints(base_model, tmp_path):
     for r in records:
         assert 0 <= r["eval/worst@4"] <= r["eval/mean@4"] <= r["eval/best@4"] <= 1
     assert records[-1]["train/kl"] >= 0 and records[-1]["tokens"] > 0
-    # the HF engine and the fp32 trainer agree on log-probs up to summation order
-    assert records[-1]["mismatch/logp_abs_diff_mean"] < 1e-4
+    # the HF engine serves bf16-rounded weights: a small, non-zero mismatch with the fp32 trainer
+    # (measured 0.0030 per token on 2026-11-29)
+    assert 0 < records[-1]["mismatch/logp_abs_diff_mean"] < 0.01
     checkpoints = sorted(p.name for p in (tmp_path / CHECKPOINTS).iterdir())
     assert "step-000008" in checkpoints and not any(name.startswith(".tmp") for name in checkpoints)
     assert len([c for c in checkpoints if c.startswith("step-")]) <= 2  # the latest and the best

@@ -1,6 +1,6 @@
 """The ``isosweep`` command.
 
-    isosweep trial sweeps/trials/easy.yaml --set budget=20000 --set Bp=16 --set n=8 --out runs/easy
+    isosweep trial sweeps/trials/easy.yaml --set budget=20000 --set Bp=16 --set n=8 --out runs/easy [--address auto]
     isosweep models build [--sizes tiny-1m ...] [--task arithmetic] [--seed 0]
 
 A configuration error prints one message naming the file and key and exits with status 2
@@ -18,9 +18,9 @@ from isosweep.config import ConfigError, load_trial
 
 def _trial(args: argparse.Namespace) -> None:
     cfg = load_trial(args.config, args.set)
-    from isosweep.trial import train_loop  # heavy imports only once the config is known to be good
+    from isosweep.launch import run_trial  # heavy imports only once the config is known to be good
 
-    records = train_loop(cfg, args.out)
+    records = run_trial(cfg, args.out, address=args.address)
     first, last = records[0], records[-1]
     k = cfg.eval.k
     print(f"[trial] done: mean@{k} {first[f'eval/mean@{k}']:.3f} -> {last[f'eval/mean@{k}']:.3f} "
@@ -47,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     trial.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config key (dotted for sections: algorithm.kl_coef=0); repeatable")
     trial.add_argument("--out", required=True, help="output directory (metrics.jsonl, checkpoints/)")
+    trial.add_argument("--address", default=None,
+                       help="Ray cluster to join (e.g. 'auto'); default: start a local Ray for this trial")
     trial.set_defaults(run=_trial)
 
     models = commands.add_parser("models", help="tiny model family")

@@ -84,11 +84,24 @@ class ModelConfig(_Section):
                          "an existing local path, or a hub name such as 'Qwen/Qwen2.5-0.5B'")
 
 
+def _default_engine() -> str:
+    """vLLM where it is installed, else the in-process Hugging Face engine."""
+    import importlib.util
+
+    return "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
+
+
 class RolloutConfig(_Section):
     """How completions are sampled."""
 
-    engine: Literal["hf"] = "hf"
-    """Rollout engine: ``hf`` (in-process Hugging Face model)."""
+    engine: Literal["vllm", "hf"] = Field(default_factory=_default_engine)
+    """Rollout engine: ``vllm`` (Ray actors serving vLLM; the default where vLLM is installed) or
+    ``hf`` (an in-process Hugging Face model per trainer worker)."""
+    precision: Literal["bf16", "fp8"] = "bf16"
+    """Rollout weights: ``bf16``, or ``fp8`` (vLLM ``quantization="fp8"`` on GPU; on CPU every linear
+    weight is rounded through float8_e4m3fn with a per-output-channel scale, activations stay bf16)."""
+    actors: int = Field(1, gt=0)
+    """Rollout actors (vLLM engines) per trial; prompts are split evenly across them."""
     temperature: float = Field(1.0, gt=0)
     """Sampling temperature; log-probs are post-temperature on both sides."""
     max_new_tokens: int = Field(8, gt=0)
@@ -115,6 +128,26 @@ class AlgorithmConfig(_Section):
     """Divide group-centred rewards by the group's std (GRPO) or not (Dr. GRPO style)."""
     grad_clip: float = Field(1.0, gt=0)
     """Max global gradient norm."""
+    correction: Literal["none", "tis", "ais"] = "none"
+    """Rollout/trainer mismatch correction: none, truncated IS (advantage x min(rho, is_cap)),
+    or adaptive IS (advantage x (1 + alpha (min(rho, is_cap) - 1)), alpha from the batch)."""
+    is_cap: float = Field(2.0, ge=1)
+    """Truncation C of the per-token importance ratio rho = pi_train / pi_rollout (TIS and AIS)."""
+    ais_delta: float = Field(0.02, gt=0)
+    """AIS: mean |log pi - log pi_rollout| at which the mismatch gate alpha_mis saturates at 1."""
+    ais_beta: float = Field(1.0, ge=0)
+    """AIS: weight of the variance-amplification penalty."""
+    ais_gamma: float = Field(0.5, gt=0)
+    """AIS: tolerated relative variance amplification before the penalty starts."""
+
+
+class TrainerConfig(_Section):
+    """The Ray Train job that updates the policy."""
+
+    num_workers: int = Field(1, gt=0)
+    """Data-parallel trainer workers; each takes Bp / num_workers problems of every step."""
+    zero_stage: Literal[0, 1, 2, 3] = 1
+    """DeepSpeed ZeRO stage (3 needs GPUs)."""
 
 
 class EvalConfig(_Section):
@@ -145,11 +178,22 @@ class TrialConfig(_Section):
     """Rollouts (samples) per problem."""
     seed: int = Field(0, ge=0)
     """Seed of problem order, sampling and initialisation."""
+    profile: str = "cpu-tiny"
+    """Hardware profile (``clusters/profiles.yaml``): the Ray resources of the trial."""
     task: TaskConfig = TaskConfig()
     model: ModelConfig = ModelConfig()
     rollout: RolloutConfig = RolloutConfig()
     algorithm: AlgorithmConfig = AlgorithmConfig()
+    trainer: TrainerConfig = TrainerConfig()
     eval: EvalConfig = EvalConfig()
+
+    @field_validator("profile")
+    @classmethod
+    def _known_profile(cls, name: str) -> str:
+        from isosweep.profiles import get_profile  # profiles builds on this module
+
+        get_profile(name)
+        return name
 
     @model_validator(mode="after")
     def _at_least_one_step(self) -> TrialConfig:
@@ -158,6 +202,9 @@ class TrialConfig(_Section):
                              "tasks; allowed with task.name arithmetic or countdown (use a real model for datasets)")
         if self.n < 2:
             raise ValueError("n must be at least 2: group-relative advantages need two samples per problem")
+        if self.Bp % self.trainer.num_workers:
+            raise ValueError(f"Bp = {self.Bp} problems cannot be split evenly over trainer.num_workers = "
+                             f"{self.trainer.num_workers}; allowed: Bp a multiple of num_workers")
         if self.budget < self.Bp * self.n:
             raise ValueError(f"budget C = {self.budget} rollouts is smaller than one step "
                              f"(Bp * n = {self.Bp} * {self.n} = {self.Bp * self.n}); allowed: budget >= Bp * n")

@@ -107,20 +107,41 @@ def sample_tokens(
     return tokens, logprobs, lengths
 
 
+def round_weights(state_dict: Mapping[str, Tensor], precision: str) -> dict[str, Tensor]:
+    """The rollout copy of the weights at ``precision``: ``bf16`` rounds every tensor to bfloat16,
+    ``fp8`` additionally rounds linear weights through float8_e4m3fn (per-output-channel scale).
+    Tensors keep their dtype, so the engine computes in its own precision on rounded values."""
+    rounded = {k: v.to(torch.bfloat16).to(v.dtype) if v.is_floating_point() else v for k, v in state_dict.items()}
+    if precision == "fp8":
+        from isosweep.fp8 import fp8_state_dict
+
+        rounded = fp8_state_dict(rounded)
+    return rounded
+
+
 class HFEngine:
-    """In-process rollout engine on a Hugging Face causal LM (its own copy of the weights)."""
+    """In-process rollout engine on a Hugging Face causal LM (its own copy of the weights).
+
+    With ``precision`` set, every weight update is rounded like the rollout weights of a bf16 or
+    FP8 serving engine (``round_weights``), which reproduces the weight part of the mismatch.
+    """
 
     def __init__(self, model: torch.nn.Module, tokenizer, max_new_tokens: int, temperature: float,
-                 batch_size: int = 512):
+                 batch_size: int = 512, precision: str | None = None):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.batch_size = batch_size
+        self.precision = precision
         self.policy_version = 0
+        if precision is not None:
+            self.update_weights(self.model.state_dict(), version=0)
 
     def update_weights(self, state_dict: Mapping[str, Tensor], version: int) -> None:
-        """Copy the trainer's weights in place and record their version."""
+        """Copy the trainer's weights in place (rounded to ``precision``) and record their version."""
+        if self.precision is not None:
+            state_dict = round_weights(state_dict, self.precision)
         self.model.load_state_dict(state_dict, strict=True)
         self.policy_version = version
 
@@ -146,3 +167,58 @@ class HFEngine:
             skip_special_tokens=True,
         )
         return Rollouts(prompt_ids, completion_ids, logprobs, texts, self.policy_version)
+
+
+class RolloutPool:
+    """Rollout actors (Ray, one vLLM engine each) shared by the trainer workers of one trial.
+
+    Prompts are split into contiguous chunks, one per actor; weights go out once through Ray's
+    object store (shared memory on one node) and every actor reloads them in place.
+    """
+
+    def __init__(self, actors: list):
+        self.actors = actors
+        self.policy_version = 0
+
+    @staticmethod
+    def spawn(names: list[str], model_path: str, max_new_tokens: int, temperature: float, precision: str,
+              seed: int, cpus: float, gpus: float) -> RolloutPool:
+        """Start one named actor per name (outside the caller's placement group)."""
+        from isosweep.vllm_engine import spawn_rollout_actor
+
+        actors = [spawn_rollout_actor(model_path, max_new_tokens=max_new_tokens, temperature=temperature,
+                                      precision=precision, seed=seed, num_cpus=cpus, num_gpus=gpus, name=name)
+                  for name in names]
+        return RolloutPool(actors)
+
+    @staticmethod
+    def attach(names: list[str]) -> RolloutPool:
+        """The pool of already started actors, by name."""
+        import ray
+
+        return RolloutPool([ray.get_actor(name) for name in names])
+
+    def generate(self, prompts: Sequence[str], n: int, seed: int) -> Rollouts:
+        import ray
+
+        size = -(-len(prompts) // len(self.actors))
+        chunks = [list(prompts[i:i + size]) for i in range(0, len(prompts), size)]
+        parts = ray.get([actor.generate.remote(chunk, n, seed * 131 + i)
+                         for i, (actor, chunk) in enumerate(zip(self.actors, chunks))])
+        versions = {part.policy_version for part in parts}
+        if len(versions) != 1:
+            raise RuntimeError(f"rollout actors disagree on the policy version: {sorted(versions)}")
+        return Rollouts(
+            prompt_ids=[x for part in parts for x in part.prompt_ids],
+            completion_ids=[x for part in parts for x in part.completion_ids],
+            logprobs=[x for part in parts for x in part.logprobs],
+            texts=[x for part in parts for x in part.texts],
+            policy_version=versions.pop(),
+        )
+
+    def update_weights(self, state_dict: Mapping[str, Tensor], version: int) -> None:
+        import ray
+
+        ref = ray.put(dict(state_dict))
+        ray.get([actor.update_weights.remote(ref, version) for actor in self.actors])
+        self.policy_version = version

@@ -35,19 +35,22 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from isosweep import config as C
 from isosweep.config import TrialConfig
-from isosweep.correction import mismatch_metrics
+from isosweep.correction import ais_alpha, ais_weights, mismatch_metrics, tis_weights
 from isosweep.estimators import summarize
 from isosweep.grpo import entropy_from_logits, group_advantages, grpo_loss, k3_kl, token_logprobs
 from isosweep.models import PROBE_FILE, resolve_model
 from isosweep.problemsets import probe_pass_rates, select
-from isosweep.rollout import HFEngine, RolloutEngine, Rollouts
+from isosweep.rollout import HFEngine, RolloutEngine, RolloutPool, Rollouts
+from isosweep.trainer import gathered_state_dict, init_distributed, load_state, make_trainer, save_state
 from isosweep.tasks import Problem, get_task
 
 METRICS_FILE = "metrics.jsonl"
+STEPS_FILE = "steps.jsonl"
 CHECKPOINTS = "checkpoints"
 STATE_FILE = "trainer_state.pt"
 
@@ -125,110 +128,175 @@ def evaluate(engine: RolloutEngine, problems: list[Problem], cfg: TrialConfig) -
     return {f"eval/{key}": value for key, value in summarize(correct, cfg.eval.k).items()}
 
 
-def make_engine(cfg: TrialConfig, model_path: str, tokenizer) -> RolloutEngine:
-    """The rollout engine named by ``cfg.rollout.engine``, holding its own copy of the base weights."""
-    engines: dict[str, Callable[[], RolloutEngine]] = {
-        "hf": lambda: HFEngine(AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32), tokenizer,
-                               cfg.rollout.max_new_tokens, cfg.rollout.temperature),
-    }
-    return engines[cfg.rollout.engine]()
+def make_engine(cfg: TrialConfig, model_path: str, tokenizer, rank: int, run_id: str) -> tuple[RolloutEngine, bool]:
+    """The rollout engine of ``cfg.rollout.engine`` and whether it is shared by all trainer workers.
+
+    ``hf``: an in-process model per worker. ``vllm``: inside a Ray job, ``cfg.rollout.actors``
+    vLLM actors that rank 0 starts and every rank shares (rank 0 alone publishes weights);
+    outside Ray, one in-process vLLM engine.
+    """
+    if cfg.rollout.engine == "hf":
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+        return HFEngine(model, tokenizer, cfg.rollout.max_new_tokens, cfg.rollout.temperature,
+                        precision=cfg.rollout.precision), False
+    from isosweep.vllm_engine import VLLMEngine
+
+    import ray
+
+    if not ray.is_initialized():
+        return VLLMEngine(model_path, cfg.rollout.max_new_tokens, cfg.rollout.temperature,
+                          precision=cfg.rollout.precision, seed=cfg.seed), False
+    from isosweep.profiles import get_profile
+
+    profile = get_profile(cfg.profile)
+    names = [f"rollout-{run_id}-{i}" for i in range(cfg.rollout.actors)]
+    if rank == 0:
+        RolloutPool.spawn(names, model_path, cfg.rollout.max_new_tokens, cfg.rollout.temperature,
+                          cfg.rollout.precision, cfg.seed, profile.rollout.CPU, profile.rollout.GPU)
+    if dist.get_world_size() > 1:
+        dist.barrier()
+    return RolloutPool.attach(names), True
 
 
-def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = print) -> list[dict]:
-    """Run (or resume) one trial into ``out``; returns the eval records, one per evaluation."""
+def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = print,
+               report: Callable[[dict], None] | None = None, run_id: str = "local") -> list[dict]:
+    """Run (or resume) one trial into ``out``; returns the eval records, one per evaluation.
+
+    Runs on every trainer worker (``report`` is ``ray.train.report`` inside a Ray Train job):
+    each worker takes its share of the step's problems, DeepSpeed averages the gradients, rank 0
+    evaluates, checkpoints, writes the metrics and publishes the weights to shared rollout actors.
+    """
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    gpu = torch.cuda.is_available()
+    rank, world = init_distributed("nccl" if gpu else "gloo")
     torch.manual_seed(cfg.seed)
     model_path = resolve_model(cfg.model.name, cfg.task.name, cfg.model.warmup_seed)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     policy = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     reference = copy.deepcopy(policy).eval().requires_grad_(False)
-    engine = make_engine(cfg, model_path, tokenizer)
+    engine, shared_engine = make_engine(cfg, model_path, tokenizer, rank, run_id)
     sets = problem_sets(cfg, model_path, engine)
     task = get_task(cfg.task.name)
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=C.learning_rate(cfg), betas=(0.9, 0.99), weight_decay=0.0)
+    trainer = make_trainer(policy, cfg, gpu)
+    device = trainer.device
+    reference.to(device)
     total_steps, per_step = C.steps(cfg), cfg.Bp * cfg.n
     kl_coef, entropy_coef = C.kl_coef(cfg), C.entropy_coef(cfg)
     params = sum(p.numel() for p in policy.parameters())
+    publisher = rank == 0 or not shared_engine
 
-    state = resume(out, policy, optimizer)
+    state = resume(out, trainer, rank)
     step, tokens, wall = state["step"], state["tokens"], state["wall_s"]
-    records = read_records(out)
-    engine.update_weights(policy.state_dict(), version=step)
+    records = read_records(out) if rank == 0 else []
+    if publisher:
+        engine.update_weights(gathered_state_dict(trainer), version=step)
+    if world > 1:
+        dist.barrier()
     best = max((r[f"eval/mean@{cfg.eval.k}"] for r in records), default=-1.0)
-    log(f"[trial] {cfg.task.name}/{cfg.task.difficulty} {cfg.model.name}: {len(sets.train)} train / "
-        f"{len(sets.eval)} eval problems, Bp={cfg.Bp} n={cfg.n} M={total_steps} lr={C.learning_rate(cfg):.2e}"
-        + (f", resuming at step {step}" if step else ""))
+    if rank == 0:
+        log(f"[trial] {cfg.task.name}/{cfg.task.difficulty} {cfg.model.name}: {len(sets.train)} train / "
+            f"{len(sets.eval)} eval problems, Bp={cfg.Bp} n={cfg.n} M={total_steps} lr={C.learning_rate(cfg):.2e} "
+            f"rollouts={cfg.rollout.engine}/{cfg.rollout.precision} correction={cfg.algorithm.correction} "
+            f"workers={world}" + (f", resuming at step {step}" if step else ""))
 
     window: list[dict[str, float]] = []
     started = time.perf_counter() - wall
     while True:
         if step % cfg.eval.every == 0 or step == total_steps:
-            if not (records and records[-1]["step"] == step):
+            have = records and records[-1]["step"] == step
+            record = None
+            if rank == 0 and not have:
+                t_eval = time.perf_counter()
                 record = {"step": step, "rollouts": step * per_step, "tokens": tokens,
                           "system/trainer_flops": 6 * params * tokens,
                           **evaluate(engine, sets.eval, cfg), **_average(window, step)}
+                record["time/eval_s"] = time.perf_counter() - t_eval
                 record["system/wall_s"] = time.perf_counter() - started
+            record = _broadcast(record, world)
+            if record is not None and not have:
                 is_best = record[f"eval/mean@{cfg.eval.k}"] > best
                 best = max(best, record[f"eval/mean@{cfg.eval.k}"])
-                save_checkpoint(out, policy, tokenizer, optimizer, record, is_best)
-                append_record(out, record)
-                records.append(record)
-                log(f"[trial] step {step}/{total_steps} rollouts {record['rollouts']} "
-                    f"mean@{cfg.eval.k} {record[f'eval/mean@{cfg.eval.k}']:.3f} "
-                    f"best@{cfg.eval.k} {record[f'eval/best@{cfg.eval.k}']:.3f} "
-                    f"worst@{cfg.eval.k} {record[f'eval/worst@{cfg.eval.k}']:.3f}")
+                save_checkpoint(out, trainer, tokenizer, record, is_best, rank, world)
+                if rank == 0:
+                    append_record(out, record)
+                    records.append(record)
+                    log(f"[trial] step {step}/{total_steps} rollouts {record['rollouts']} "
+                        f"mean@{cfg.eval.k} {record[f'eval/mean@{cfg.eval.k}']:.3f} "
+                        f"best@{cfg.eval.k} {record[f'eval/best@{cfg.eval.k}']:.3f} "
+                        f"worst@{cfg.eval.k} {record[f'eval/worst@{cfg.eval.k}']:.3f}")
+                if report is not None:
+                    report(record)
             window = []
         if step == total_steps:
             return records
 
-        # 1. sample n completions for each of Bp problems with the current policy
-        problems = batch_problems(sets.train, cfg.Bp, step, cfg.seed)
+        # 1. sample n completions for each of this worker's Bp / world problems
+        problems = batch_problems(sets.train, cfg.Bp, step, cfg.seed)[rank::world]
         t0 = time.perf_counter()
-        rollouts = engine.generate([p.prompt for p in problems], cfg.n, seed=cfg.seed * 1_000_003 + step)
+        rollouts = engine.generate([p.prompt for p in problems], cfg.n, seed=(cfg.seed * 1_000_003 + step) * 64 + rank)
         if rollouts.policy_version != step:
             raise RuntimeError(f"stale rollouts: policy version {rollouts.policy_version}, trainer at {step}")
         t1 = time.perf_counter()
         # 2. reward and group advantages
         rewards = torch.tensor([task.reward(problems[i // cfg.n], text) for i, text in enumerate(rollouts.texts)])
-        advantages, adv_stats = group_advantages(rewards.view(cfg.Bp, cfg.n), cfg.algorithm.scale_adv_by_std)
-        # 3. one policy-gradient step on the trainer's own log-probs
-        batch = pack(rollouts, tokenizer.pad_token_id)
+        advantages, adv_stats = group_advantages(rewards.view(len(problems), cfg.n), cfg.algorithm.scale_adv_by_std)
+        advantages = advantages.reshape(-1).to(device)
+        batch = {k: v.to(device) for k, v in pack(rollouts, tokenizer.pad_token_id).items()}
+        mask = batch["mask"]
         t2 = time.perf_counter()
-        policy.train()
-        logits = policy(input_ids=batch["ids"], attention_mask=batch["attention"]).logits[:, :-1].float()
+        # 3. the trainer recomputes log-probs of the sampled tokens (and the reference's)
+        trainer.train()
+        logits = trainer(input_ids=batch["ids"], attention_mask=batch["attention"]).logits[:, :-1].float()
         logp = token_logprobs(logits, batch["ids"][:, 1:], cfg.rollout.temperature)
         with torch.no_grad():
             ref_logits = reference(input_ids=batch["ids"], attention_mask=batch["attention"]).logits[:, :-1].float()
             ref_logp = token_logprobs(ref_logits, batch["ids"][:, 1:], cfg.rollout.temperature)
-        entropy = entropy_from_logits(logits / cfg.rollout.temperature, batch["mask"])
-        loss, loss_stats = grpo_loss(
-            logp, logp.detach(), advantages.reshape(-1), batch["mask"], cfg.algorithm.clip_low, cfg.algorithm.clip_high,
-            kl_coef=kl_coef, ref_logp=ref_logp, entropy_coef=entropy_coef, entropy=entropy)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.algorithm.grad_clip)
-        optimizer.step()
+        old_logp = logp.detach()
+        mismatch = mismatch_metrics(old_logp, batch["rollout_logp"], mask)
+        alpha, ais_stats = ais_alpha(old_logp, batch["rollout_logp"], advantages, mask, cfg.algorithm.is_cap,
+                                     cfg.algorithm.ais_delta, cfg.algorithm.ais_beta, cfg.algorithm.ais_gamma)
+        weights = {
+            "none": lambda: None,
+            "tis": lambda: tis_weights(old_logp, batch["rollout_logp"], mask, cfg.algorithm.is_cap)[0],
+            "ais": lambda: ais_weights(old_logp, batch["rollout_logp"], mask, alpha, cfg.algorithm.is_cap),
+        }[cfg.algorithm.correction]()
         t3 = time.perf_counter()
-        # 4. publish the new weights to the rollout engine before the next rollout
-        step += 1
-        engine.update_weights(policy.state_dict(), version=step)
+        # 4. one GRPO step (DeepSpeed averages gradients across workers and clips them)
+        entropy = entropy_from_logits(logits / cfg.rollout.temperature, mask)
+        loss, loss_stats = grpo_loss(
+            logp, old_logp, advantages, mask, cfg.algorithm.clip_low, cfg.algorithm.clip_high,
+            kl_coef=kl_coef, ref_logp=ref_logp, entropy_coef=entropy_coef, entropy=entropy, weights=weights)
+        trainer.backward(loss)
+        trainer.step()
+        grad_norm = trainer.get_global_grad_norm()
         t4 = time.perf_counter()
+        # 5. publish the new weights before the next rollout
+        step += 1
+        if publisher:
+            engine.update_weights(gathered_state_dict(trainer), version=step)
+        if shared_engine and world > 1:
+            dist.barrier()  # no worker samples before rank 0 has published version `step`
+        t5 = time.perf_counter()
 
-        tokens += rollouts.num_tokens
-        mismatch = mismatch_metrics(logp.detach(), batch["rollout_logp"], batch["mask"])
-        window.append({
+        stats = _all_mean({
             "train/reward": float(rewards.mean()),
-            "train/kl": float(k3_kl(logp.detach(), ref_logp, batch["mask"])),
+            "train/kl": float(k3_kl(old_logp, ref_logp, mask)),
             "train/entropy": float(entropy.detach()),
             "train/loss": float(loss.detach()),
-            "train/grad_norm": float(grad_norm),
             "train/frac_zero_std": float(adv_stats["frac_zero_std"]),
             "train/clip_frac": float(loss_stats["clip_frac"]),
             "rollout/length": rollouts.num_tokens / len(rollouts.texts),
+            "rollout/tokens": float(rollouts.num_tokens),
             **{f"mismatch/{key}": float(value) for key, value in mismatch.items()},
-            "time/generate_s": t1 - t0, "time/reward_s": t2 - t1, "time/train_s": t3 - t2, "time/sync_s": t4 - t3,
-        })
+            **{f"ais/{key}": float(value) for key, value in ais_stats.items()},
+        }, world)
+        stats.update({"train/grad_norm": float(grad_norm or 0.0),
+                      "time/generate_s": t1 - t0, "time/reward_s": t2 - t1, "time/logprob_s": t3 - t2,
+                      "time/train_s": t4 - t3, "time/sync_s": t5 - t4})
+        tokens += int(round(stats["rollout/tokens"] * world))
+        window.append(stats)
+        if rank == 0:
+            append_step(out, {"step": step, "rollouts": step * per_step, **stats})
 
 
 def _average(window: list[dict[str, float]], step: int) -> dict[str, float | None]:
@@ -239,6 +307,24 @@ def _average(window: list[dict[str, float]], step: int) -> dict[str, float | Non
     return {key: sum(row[key] for row in window) / len(window) for key in window[0]}
 
 
+def _all_mean(stats: dict[str, float], world: int) -> dict[str, float]:
+    """Average scalar statistics over trainer workers (the identity for one worker)."""
+    if world == 1:
+        return stats
+    values = torch.tensor(list(stats.values()), dtype=torch.float64)
+    dist.all_reduce(values)
+    return dict(zip(stats, (values / world).tolist()))
+
+
+def _broadcast(obj, world: int):
+    """Rank 0's ``obj`` on every rank."""
+    if world == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
 # ---------------------------------------------------------------- checkpoints and records
 
 
@@ -247,58 +333,90 @@ def _checkpoint_dirs(out: Path) -> list[Path]:
     return sorted(p for p in root.glob("step-*") if (p / STATE_FILE).exists()) if root.exists() else []
 
 
-def save_checkpoint(out: Path, policy, tokenizer, optimizer, record: dict, is_best: bool) -> Path:
-    """Write ``checkpoints/step-NNNNNN`` atomically; keep only the latest and the best."""
+def save_checkpoint(out: Path, trainer, tokenizer, record: dict, is_best: bool, rank: int, world: int) -> Path:
+    """Write ``checkpoints/step-NNNNNN`` atomically (temporary name, then rename); keep the latest and the best.
+
+    Every rank writes its DeepSpeed partition; rank 0 writes the model (safetensors), the
+    tokenizer and the eval record, then renames the directory once all ranks are done.
+    """
     root = out / CHECKPOINTS
-    root.mkdir(exist_ok=True)
     final = root / f"step-{record['step']:06d}"
     tmp = root / f".tmp-{final.name}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    policy.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    torch.save({"optimizer": optimizer.state_dict(), "record": record, "best": is_best}, tmp / STATE_FILE)
-    shutil.rmtree(final, ignore_errors=True)
-    os.rename(tmp, final)
-    best_file = root / "best"
-    if is_best:
-        _atomic_write(best_file, final.name)
-    keep = {final.name, best_file.read_text().strip() if best_file.exists() else ""}
-    for old in _checkpoint_dirs(out):
-        if old.name not in keep:
-            shutil.rmtree(old)
+    if rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    if world > 1:
+        dist.barrier()
+    weights = gathered_state_dict(trainer)
+    save_state(trainer, tmp / "deepspeed")
+    if rank == 0:
+        trainer.module.save_pretrained(tmp, state_dict=weights, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        torch.save({"record": record, "best": is_best}, tmp / STATE_FILE)
+    if world > 1:
+        dist.barrier()
+    if rank == 0:
+        shutil.rmtree(final, ignore_errors=True)
+        os.rename(tmp, final)
+        best_file = root / "best"
+        if is_best:
+            _atomic_write(best_file, final.name)
+        keep = {final.name, best_file.read_text().strip() if best_file.exists() else ""}
+        for old in _checkpoint_dirs(out):
+            if old.name not in keep:
+                shutil.rmtree(old)
+    if world > 1:
+        dist.barrier()
     return final
 
 
-def resume(out: Path, policy, optimizer) -> dict:
-    """Load the latest checkpoint into ``policy`` and ``optimizer``; its step, tokens and wall time.
+def resume(out: Path, trainer, rank: int) -> dict:
+    """Load the latest checkpoint into the trainer (weights and optimizer state); its step, tokens and wall time.
 
-    Eval records newer than the checkpoint are dropped (they will be recomputed), and a record
-    the checkpoint holds but the file lacks (a crash between the two writes) is restored, so no
-    eval point is duplicated or lost.
+    Records newer than the checkpoint are dropped (they will be recomputed), and a record the
+    checkpoint holds but the file lacks (a crash between the two writes) is restored, so no eval
+    point is duplicated or lost. Per-step statistics are truncated the same way.
     """
     found = _checkpoint_dirs(out)
     if not found:
+        if rank == 0:
+            out.mkdir(parents=True, exist_ok=True)
+            for name in (METRICS_FILE, STEPS_FILE):  # a fresh start leaves nothing of an earlier one
+                (out / name).unlink(missing_ok=True)
         return {"step": 0, "tokens": 0, "wall_s": 0.0}
     latest = found[-1]
-    weights = AutoModelForCausalLM.from_pretrained(latest, dtype=torch.float32).state_dict()
-    policy.load_state_dict(weights)
-    state = torch.load(latest / STATE_FILE, weights_only=False)
-    optimizer.load_state_dict(state["optimizer"])
-    record = state["record"]
-    kept = [r for r in read_records(out) if r["step"] < record["step"]] + [record]
-    _atomic_write(out / METRICS_FILE, "".join(json.dumps(r) + "\n" for r in kept))
+    load_state(trainer, latest / "deepspeed")
+    record = torch.load(latest / STATE_FILE, weights_only=False)["record"]
+    if rank == 0:
+        kept = [r for r in read_records(out) if r["step"] < record["step"]] + [record]
+        _atomic_write(out / METRICS_FILE, "".join(json.dumps(r) + "\n" for r in kept))
+        steps = [r for r in _read_jsonl(out / STEPS_FILE) if r["step"] <= record["step"]]
+        _atomic_write(out / STEPS_FILE, "".join(json.dumps(r) + "\n" for r in steps))
     return {"step": record["step"], "tokens": record["tokens"], "wall_s": record["system/wall_s"]}
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
 def read_records(out: Path) -> list[dict]:
     """The eval records of ``out/metrics.jsonl`` (empty if none)."""
-    path = out / METRICS_FILE
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return _read_jsonl(Path(out) / METRICS_FILE)
+
+
+def read_steps(out: Path) -> list[dict]:
+    """The per-step statistics of ``out/steps.jsonl`` (empty if none)."""
+    return _read_jsonl(Path(out) / STEPS_FILE)
 
 
 def append_record(out: Path, record: dict) -> None:
     with open(out / METRICS_FILE, "a") as f:
         f.write(json.dumps(record) + "\n")
+
+
+def append_step(out: Path, stats: dict) -> None:
+    with open(out / STEPS_FILE, "a") as f:
+        f.write(json.dumps(stats) + "\n")
 
 
 def _atomic_write(path: Path, text: str) -> None:
