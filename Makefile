@@ -2,6 +2,8 @@
 #   make test                       run the test suite (what CI runs)
 #   make models                     build (or find cached) the tiny base models
 #   make trial TRIAL=sweeps/trials/easy.yaml OUT=runs/easy [SET="budget=20000 Bp=16 n=8"]
+#   make ais-study [BUDGET=20000]   bf16 vs fp8 rollouts, none/tis/ais corrections -> dashboards/ais-study
+#   make bench                      engine throughput and a trial's time split -> bench/results.json
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -16,7 +18,7 @@ TRIAL ?= sweeps/trials/easy.yaml
 OUT ?= runs/$(basename $(notdir $(TRIAL)))
 SET ?=
 
-.PHONY: venv test models trial clean
+.PHONY: venv test models trial ais-study bench clean
 
 venv: $(STAMP)
 
@@ -36,6 +38,12 @@ models: $(STAMP)
 
 trial: $(STAMP)
 	$(BIN)/isosweep trial $(TRIAL) $(foreach kv,$(SET),--set $(kv)) --out $(OUT)
+
+ais-study: $(STAMP)
+	$(BIN)/isosweep ais-study --budget $(or $(BUDGET),20000) --out dashboards/ais-study
+
+bench: $(STAMP)
+	$(BIN)/isosweep bench --out bench/results.json
 
 clean:
 	rm -rf runs .cache .pytest_cache

@@ -2,6 +2,8 @@
 
     isosweep trial sweeps/trials/easy.yaml --set budget=20000 --set Bp=16 --set n=8 --out runs/easy [--address auto]
     isosweep models build [--sizes tiny-1m ...] [--task arithmetic] [--seed 0]
+    isosweep ais-study [--budget 20000] [--out dashboards/ais-study]
+    isosweep bench [--out bench/results.json]
 
 A configuration error prints one message naming the file and key and exits with status 2
 before any model is built or trained.
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from isosweep.config import ConfigError, load_trial
 
@@ -38,6 +41,20 @@ def _models_build(args: argparse.Namespace) -> None:
               f"eval pass@1 by level {report['eval_pass@1']}  {path}")
 
 
+def _ais_study(args: argparse.Namespace) -> None:
+    from isosweep.ais_study import run_study
+
+    rows = run_study(args.out, args.budget, extra=args.set, address=args.address)
+    print((Path(args.out) / "table.md").read_text())
+    print(f"[ais-study] {len(rows)} arms; table, alpha trace and plot in {args.out}")
+
+
+def _bench(args: argparse.Namespace) -> None:
+    from isosweep.bench import main as bench
+
+    bench(args.out, engines=args.engines, sizes=args.sizes)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="isosweep", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -58,6 +75,19 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--task", default="arithmetic", help="task to warm up on (default: arithmetic)")
     build.add_argument("--seed", type=int, default=0, help="warm-up seed (default: 0)")
     build.set_defaults(run=_models_build)
+
+    study = commands.add_parser("ais-study", help="bf16 vs fp8 rollouts with none/tis/ais corrections, easy and hard sets")
+    study.add_argument("--budget", type=int, default=20000, help="C per arm, in rollouts (default: 20000)")
+    study.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every arm")
+    study.add_argument("--out", default="dashboards/ais-study", help="output directory (default: dashboards/ais-study)")
+    study.add_argument("--address", default=None, help="Ray cluster to join; default: a local Ray per arm")
+    study.set_defaults(run=_ais_study)
+
+    bench = commands.add_parser("bench", help="rollout engine throughput and one trial's time split")
+    bench.add_argument("--out", default="bench/results.json", help="where to write the figures")
+    bench.add_argument("--engines", nargs="*", help="engines to measure (default: vllm and hf where installed)")
+    bench.add_argument("--sizes", nargs="*", help="tiny sizes (default: all)")
+    bench.set_defaults(run=_bench)
 
     args = parser.parse_args(argv)
     try:

@@ -71,17 +71,19 @@ def sample_tokens(
     """
     batch = len(prompt_ids)
     width = max(len(p) for p in prompt_ids)
+    device = next(model.parameters()).device
     input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
     attention = torch.zeros((batch, width), dtype=torch.long)
     for row, ids in enumerate(prompt_ids):
         input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
         attention[row, width - len(ids):] = 1
+    input_ids, attention = input_ids.to(device), attention.to(device)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
 
-    tokens = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long)
-    logprobs = torch.zeros((batch, max_new_tokens))
-    lengths = torch.zeros(batch, dtype=torch.long)
-    done = torch.zeros(batch, dtype=torch.bool)
+    tokens = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long, device=device)
+    logprobs = torch.zeros((batch, max_new_tokens), device=device)
+    lengths = torch.zeros(batch, dtype=torch.long, device=device)
+    done = torch.zeros(batch, dtype=torch.bool, device=device)
     out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True)
     next_pos = positions[:, -1:] + 1
     for t in range(max_new_tokens):
@@ -104,7 +106,7 @@ def sample_tokens(
             use_cache=True,
         )
         next_pos = next_pos + 1
-    return tokens, logprobs, lengths
+    return tokens.cpu(), logprobs.cpu(), lengths.cpu()
 
 
 def round_weights(state_dict: Mapping[str, Tensor], precision: str) -> dict[str, Tensor]:
@@ -149,7 +151,7 @@ class HFEngine:
         """Sample ``n`` completions for each prompt; deterministic for a given ``seed`` and weights."""
         encoded = self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
         prompt_ids = [ids for ids in encoded for _ in range(n)]
-        generator = torch.Generator().manual_seed(seed)
+        generator = torch.Generator(device=next(self.model.parameters()).device).manual_seed(seed)
         completion_ids: list[list[int]] = []
         logprobs: list[list[float]] = []
         for start in range(0, len(prompt_ids), self.batch_size):

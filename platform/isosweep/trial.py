@@ -137,6 +137,7 @@ def make_engine(cfg: TrialConfig, model_path: str, tokenizer, rank: int, run_id:
     """
     if cfg.rollout.engine == "hf":
         model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+        model.to("cuda" if torch.cuda.is_available() else "cpu")
         return HFEngine(model, tokenizer, cfg.rollout.max_new_tokens, cfg.rollout.temperature,
                         precision=cfg.rollout.precision), False
     from isosweep.vllm_engine import VLLMEngine
@@ -290,7 +291,7 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
             **{f"mismatch/{key}": float(value) for key, value in mismatch.items()},
             **{f"ais/{key}": float(value) for key, value in ais_stats.items()},
         }, world)
-        stats.update({"train/grad_norm": float(grad_norm or 0.0),
+        stats.update({"train/grad_norm": float(grad_norm or 0.0), "rollout/policy_version": rollouts.policy_version,
                       "time/generate_s": t1 - t0, "time/reward_s": t2 - t1, "time/logprob_s": t3 - t2,
                       "time/train_s": t4 - t3, "time/sync_s": t5 - t4})
         tokens += int(round(stats["rollout/tokens"] * world))

@@ -1,0 +1,101 @@
+"""A trial as a Ray Train job: data-parallel DeepSpeed workers, fresh weights for every rollout, profiles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from isosweep.config import ConfigError, load_trial
+from isosweep.launch import run_trial
+from isosweep.models import ensure_base_model
+from isosweep.profiles import get_profile, load_profiles, trial_resources
+from isosweep.rollout import HFEngine
+from isosweep.trial import read_steps, train_loop
+
+ROOT = Path(__file__).resolve().parents[1]
+EASY = ROOT / "sweeps" / "trials" / "easy.yaml"
+SHORT = ["budget=512", "Bp=8", "n=4", "eval.every=8", "task.eval_problems=32", "rollout.engine=hf"]
+
+
+@pytest.fixture(scope="module")
+def base_model() -> Path:
+    return ensure_base_model("tiny-1m", "arithmetic", 0)
+
+
+def test_profiles_load_and_fit_their_node():
+    profiles = load_profiles()
+    assert "cpu-tiny" in profiles
+    for name, profile in profiles.items():
+        need = trial_resources(profile, workers=1, actors=1)
+        assert need["CPU"] <= profile.node.CPU and need["GPU"] <= profile.node.GPU, name
+    with pytest.raises(ConfigError, match="unknown hardware profile 'h100-galaxy'"):
+        get_profile("h100-galaxy")
+
+
+def test_unknown_profile_is_rejected_at_load(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text("budget: 1000\nprofile: laptop\n")
+    with pytest.raises(ConfigError, match="key 'profile'.*unknown hardware profile 'laptop'"):
+        load_trial(path)
+
+
+def test_every_rollout_uses_the_weights_of_the_step_it_feeds(base_model, tmp_path):
+    """The policy-version counter: step s is sampled with version s (weights after s updates)."""
+    cfg = load_trial(EASY, SHORT)
+    train_loop(cfg, tmp_path, log=lambda _: None)
+    steps = read_steps(tmp_path)
+    assert [s["step"] for s in steps] == list(range(1, 17))
+    assert all(s["rollout/policy_version"] == s["step"] - 1 for s in steps)
+
+
+class _DroppedUpdates(HFEngine):
+    """A rollout engine that loses weight updates (the fault the version counter must catch)."""
+
+    def update_weights(self, state_dict, version):
+        if version == 0:
+            super().update_weights(state_dict, version)
+
+
+def test_stale_rollouts_stop_the_trial(base_model, tmp_path, monkeypatch):
+    import isosweep.trial as trial
+
+    real = trial.make_engine
+
+    def faulty(cfg, model_path, tokenizer, rank, run_id):
+        engine, shared = real(cfg, model_path, tokenizer, rank, run_id)
+        return _DroppedUpdates(engine.model, tokenizer, engine.max_new_tokens, engine.temperature), shared
+
+    monkeypatch.setattr(trial, "make_engine", faulty)
+    with pytest.raises(RuntimeError, match="stale rollouts: policy version 0, trainer at 1"):
+        train_loop(load_trial(EASY, SHORT), tmp_path, log=lambda _: None)
+
+
+@pytest.mark.slow
+def test_two_data_parallel_workers_match_one_in_expectation(base_model, tmp_path):
+    """2 DeepSpeed workers (gloo) split each step's problems; the run reports the same schedule and
+    statistics of the same size as one worker."""
+    one = run_trial(load_trial(EASY, SHORT), tmp_path / "one")
+    two = run_trial(load_trial(EASY, SHORT + ["trainer.num_workers=2", "trainer.zero_stage=2"]), tmp_path / "two")
+    assert [r["rollouts"] for r in one] == [r["rollouts"] for r in two] == [0, 256, 512]
+    assert one[0]["eval/mean@4"] == two[0]["eval/mean@4"]  # same base model, same eval seed
+    s1, s2 = read_steps(tmp_path / "one"), read_steps(tmp_path / "two")
+    assert len(s1) == len(s2) == 16
+    kl1 = sum(s["train/kl"] for s in s1) / 16
+    kl2 = sum(s["train/kl"] for s in s2) / 16
+    assert 0.25 < kl2 / kl1 < 4, (kl1, kl2)  # the policy moves by the same order of magnitude
+    assert all(s["rollout/policy_version"] == s["step"] - 1 for s in s2)
+
+
+@pytest.mark.slow
+def test_corrections_run_and_log_their_diagnostics_every_step(base_model, tmp_path):
+    for correction in ("tis", "ais"):
+        cfg = load_trial(EASY, SHORT + ["rollout.precision=fp8", f"algorithm.correction={correction}"])
+        train_loop(cfg, tmp_path / correction, log=lambda _: None)
+        steps = read_steps(tmp_path / correction)
+        for s in steps:
+            for key in ("mismatch/logp_abs_diff_mean", "mismatch/ratio_max", "mismatch/kl", "ais/alpha",
+                        "ais/alpha_ess", "ais/alpha_mis", "ais/alpha_var", "ais/ess"):
+                assert key in s
+            assert 0 <= s["ais/alpha"] <= 1
+            assert s["mismatch/logp_abs_diff_mean"] > 0  # fp8-rounded rollout weights differ from the trainer's
