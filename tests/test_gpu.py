@@ -1,0 +1,110 @@
+"""GPU paths: NCCL, DeepSpeed bf16 / ZeRO-3 on CUDA, a GRPO trial on the GPU, vLLM FP8, multi-GPU sync.
+
+Every test here is marked ``gpu`` and skips (with the reason) on a machine without CUDA; on a
+GPU machine run them with ``pytest -m gpu tests/test_gpu.py``. Tests that also need vLLM,
+DeepSpeed or several GPUs say so when they skip.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU (CUDA is not available here)"),
+]
+
+ROOT = Path(__file__).resolve().parents[1]
+EASY = ROOT / "sweeps" / "trials" / "easy.yaml"
+
+
+@pytest.fixture(scope="module")
+def base_model() -> Path:
+    from isosweep.models import ensure_base_model
+
+    return ensure_base_model("tiny-1m", "arithmetic", 0)
+
+
+def test_nccl_process_group_reduces_on_the_gpu():
+    import torch.distributed as dist
+
+    from isosweep.trainer import init_distributed
+
+    rank, world = init_distributed("nccl")
+    assert dist.get_backend() == "nccl" and (rank, world) == (0, 1)
+    x = torch.arange(4.0, device="cuda")
+    dist.all_reduce(x)
+    assert torch.equal(x.cpu(), torch.arange(4.0))
+
+
+def test_fp8_roundtrip_is_the_same_on_gpu_and_cpu():
+    from isosweep.fp8 import fp8_roundtrip
+
+    w = torch.randn(512, 256, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(fp8_roundtrip(w.cuda()).cpu(), fp8_roundtrip(w))
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_deepspeed_bf16_trainer_saves_and_restores_full_weights(base_model, tmp_path, stage):
+    pytest.importorskip("deepspeed", reason="DeepSpeed is not installed")
+    from transformers import AutoModelForCausalLM
+
+    from isosweep.config import load_trial
+    from isosweep.trainer import gathered_state_dict, init_distributed, load_state, make_trainer, save_state
+
+    init_distributed("nccl")
+    cfg = load_trial(EASY, [f"trainer.zero_stage={stage}"])
+    policy = AutoModelForCausalLM.from_pretrained(base_model)
+    names = {k: v.shape for k, v in policy.state_dict().items()}
+    trainer = make_trainer(policy, cfg, gpu=True)
+    assert trainer.device.type == "cuda"
+    weights = gathered_state_dict(trainer)
+    assert {k: v.shape for k, v in weights.items()} == names  # ZeRO-3 partitions are gathered
+    ids = torch.randint(2, 20, (4, 10), device=trainer.device)
+    loss = trainer(input_ids=ids, labels=ids).loss
+    trainer.backward(loss)
+    trainer.step()
+    stepped = gathered_state_dict(trainer)
+    save_state(trainer, tmp_path)
+    fresh = make_trainer(AutoModelForCausalLM.from_pretrained(base_model), cfg, gpu=True)
+    load_state(fresh, tmp_path)
+    restored = gathered_state_dict(fresh)
+    assert all(torch.equal(restored[k].float(), stepped[k].float()) for k in stepped)
+    assert any(not torch.equal(weights[k].float(), stepped[k].float()) for k in stepped)
+
+
+def test_grpo_trial_runs_on_the_gpu(base_model, tmp_path):
+    pytest.importorskip("deepspeed", reason="DeepSpeed is not installed")
+    from isosweep.config import load_trial
+    from isosweep.trial import read_steps, train_loop
+
+    cfg = load_trial(EASY, ["budget=1024", "Bp=16", "n=8", "eval.every=4", "task.eval_problems=64",
+                            "rollout.engine=hf", "rollout.precision=fp8", "algorithm.correction=ais"])
+    records = train_loop(cfg, tmp_path, log=print)
+    steps = read_steps(tmp_path)
+    assert [r["rollouts"] for r in records] == [0, 512, 1024]
+    assert all(s["rollout/policy_version"] == s["step"] - 1 for s in steps)
+    assert all(0 <= s["ais/alpha"] <= 1 and s["mismatch/logp_abs_diff_mean"] > 0 for s in steps)
+    print("gpu trial:", {k: round(v, 4) for k, v in records[-1].items() if isinstance(v, float)})
+
+
+def test_vllm_fp8_engine_on_the_gpu(base_model):
+    pytest.importorskip("vllm", reason="vLLM is not installed")
+    from isosweep.vllm_engine import VLLMEngine
+
+    engine = VLLMEngine(str(base_model), 8, 1.0, precision="fp8", gpu=True,
+                        engine_kwargs={"gpu_memory_utilization": 0.2})
+    rollouts = engine.generate(["12+34=", "56+7="], n=4, seed=0)
+    assert len(rollouts.texts) == 8 and all(len(lp) == len(ids) for lp, ids in
+                                             zip(rollouts.logprobs, rollouts.completion_ids))
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="multi-GPU weight sync needs at least 2 GPUs")
+def test_multi_gpu_weight_sync():
+    pytest.importorskip("vllm", reason="vLLM is not installed")
+    from isosweep import vllm_engine
+
+    assert hasattr(vllm_engine, "broadcast_weights_nccl")
