@@ -21,7 +21,7 @@ from isosweep.trial import CHECKPOINTS, batch_problems, eval_correct, problem_se
 
 ROOT = Path(__file__).resolve().parents[1]
 EASY = ROOT / "sweeps" / "trials" / "easy.yaml"
-SHORT = ["budget=256", "Bp=8", "n=4", "eval.every=4", "task.eval_problems=32"]
+SHORT = ["budget=256", "Bp=8", "n=4", "eval.every=4", "task.eval_problems=32", "rollout.engine=hf"]
 
 
 @pytest.fixture(scope="session")
@@ -61,7 +61,7 @@ def test_short_trial_writes_metrics_and_checkpoints(base_model, tmp_path):
 
 
 def _trial_command(out: Path, extra: list[str]) -> list[str]:
-    sets = [arg for kv in SHORT[:-2] + extra for arg in ("--set", kv)]
+    sets = [arg for kv in SHORT[:3] + extra for arg in ("--set", kv)]  # default engine: vLLM where installed
     return [sys.executable, "-m", "isosweep.cli", "trial", str(EASY), *sets, "--out", str(out)]
 
 
@@ -109,7 +109,7 @@ def test_cli_rejects_bad_input_before_any_work(tmp_path):
 @pytest.mark.slow
 def test_grpo_learns_the_easy_set(base_model, tmp_path):
     """Bp=16, n=8, C=2e4 from the base model: eval mean@k rises by more than 3 paired standard errors."""
-    cfg = load_trial(EASY, ["budget=20000", "Bp=16", "n=8"])
+    cfg = load_trial(EASY, ["budget=20000", "Bp=16", "n=8", "rollout.engine=hf"])
     records = train_loop(cfg, tmp_path)
     assert records[-1]["rollouts"] == 20000 // 128 * 128
     final = tmp_path / CHECKPOINTS / f"step-{records[-1]['step']:06d}"

@@ -188,17 +188,22 @@ class RolloutPool:
         """Start one named actor per name (outside the caller's placement group)."""
         from isosweep.vllm_engine import spawn_rollout_actor
 
+        import ray
+
         actors = [spawn_rollout_actor(model_path, max_new_tokens=max_new_tokens, temperature=temperature,
                                       precision=precision, seed=seed, num_cpus=cpus, num_gpus=gpus, name=name)
                   for name in names]
+        ray.get([actor.__ray_ready__.remote() for actor in actors])  # engines up before anyone samples
         return RolloutPool(actors)
 
     @staticmethod
     def attach(names: list[str]) -> RolloutPool:
-        """The pool of already started actors, by name."""
+        """The pool of already started actors, by name (after the spawning rank's barrier)."""
         import ray
 
-        return RolloutPool([ray.get_actor(name) for name in names])
+        from isosweep.vllm_engine import ACTOR_NAMESPACE
+
+        return RolloutPool([ray.get_actor(name, namespace=ACTOR_NAMESPACE) for name in names])
 
     def generate(self, prompts: Sequence[str], n: int, seed: int) -> Rollouts:
         import ray

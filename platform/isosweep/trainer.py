@@ -62,13 +62,18 @@ def make_trainer(policy: torch.nn.Module, cfg: TrialConfig, gpu: bool):
 
 
 def gathered_state_dict(engine) -> dict[str, torch.Tensor]:
-    """Full (unpartitioned) weights of the model on every rank, as CPU tensors."""
+    """Full (unpartitioned) weights of the model on every rank, as CPU tensors with their own storage.
+
+    Under ZeRO the parameters are views into DeepSpeed's flat buffers; serialising a view
+    serialises its whole buffer, which made every weight publication ship the buffer once per
+    tensor (0.42 s a step for the 1M model, against 0.04 s for compact copies).
+    """
     if engine.zero_optimization_stage() == 3:
         import deepspeed
 
         with deepspeed.zero.GatheredParameters(list(engine.module.parameters())):
             return {k: v.detach().cpu().clone() for k, v in engine.module.state_dict().items()}
-    return {k: v.detach().cpu() for k, v in engine.module.state_dict().items()}
+    return {k: v.detach().cpu().clone() for k, v in engine.module.state_dict().items()}
 
 
 def save_state(engine, directory: Path) -> None:

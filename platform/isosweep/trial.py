@@ -151,12 +151,13 @@ def make_engine(cfg: TrialConfig, model_path: str, tokenizer, rank: int, run_id:
 
     profile = get_profile(cfg.profile)
     names = [f"rollout-{run_id}-{i}" for i in range(cfg.rollout.actors)]
+    pool = None
     if rank == 0:
-        RolloutPool.spawn(names, model_path, cfg.rollout.max_new_tokens, cfg.rollout.temperature,
-                          cfg.rollout.precision, cfg.seed, profile.rollout.CPU, profile.rollout.GPU)
+        pool = RolloutPool.spawn(names, model_path, cfg.rollout.max_new_tokens, cfg.rollout.temperature,
+                                 cfg.rollout.precision, cfg.seed, profile.rollout.CPU, profile.rollout.GPU)
     if dist.get_world_size() > 1:
         dist.barrier()
-    return RolloutPool.attach(names), True
+    return pool or RolloutPool.attach(names), True
 
 
 def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = print,
