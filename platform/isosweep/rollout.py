@@ -16,10 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from isosweep.vllm_engine import WeightSyncMode
+    from isosweep.weight_sync import NcclWeightSender
 
 
 @dataclass(frozen=True)
@@ -174,26 +178,36 @@ class HFEngine:
 class RolloutPool:
     """Rollout actors (Ray, one vLLM engine each) shared by the trainer workers of one trial.
 
-    Prompts are split into contiguous chunks, one per actor; weights go out once through Ray's
-    object store (shared memory on one node) and every actor reloads them in place.
+    Prompts are split into contiguous chunks, one per actor. Weights go out once through Ray's
+    object store (shared memory on one node) and every actor reloads them in place; or, with a
+    ``sender`` (actors spawned with ``weight_sync="nccl"``), this process broadcasts them from its GPU
+    to the actors' GPUs (:mod:`isosweep.weight_sync`).
     """
 
-    def __init__(self, actors: list):
+    def __init__(self, actors: list, sender: NcclWeightSender | None = None):
         self.actors = actors
+        self.sender = sender
         self.policy_version = 0
 
     @staticmethod
     def spawn(names: list[str], model_path: str, max_new_tokens: int, temperature: float, precision: str,
-              seed: int, cpus: float, gpus: float) -> RolloutPool:
-        """Start one named actor per name (outside the caller's placement group)."""
+              seed: int, cpus: float, gpus: float, weight_sync: WeightSyncMode = "shm") -> RolloutPool:
+        """Start one named actor per name (outside the caller's placement group). With
+        ``weight_sync="nccl"`` the calling process then joins the actors' weight-transfer group as its
+        sender, on its current CUDA device: call it from the process that publishes the weights."""
         from isosweep.vllm_engine import spawn_rollout_actor
 
         import ray
 
         actors = [spawn_rollout_actor(model_path, max_new_tokens=max_new_tokens, temperature=temperature,
-                                      precision=precision, seed=seed, num_cpus=cpus, num_gpus=gpus, name=name)
+                                      precision=precision, seed=seed, num_cpus=cpus, num_gpus=gpus, name=name,
+                                      weight_sync=weight_sync)
                   for name in names]
         ray.get([actor.__ray_ready__.remote() for actor in actors])  # engines up before anyone samples
+        if weight_sync == "nccl":
+            from isosweep.weight_sync import NcclWeightSender
+
+            return RolloutPool(actors, NcclWeightSender(actors))
         return RolloutPool(actors)
 
     @staticmethod
@@ -224,8 +238,11 @@ class RolloutPool:
         )
 
     def update_weights(self, state_dict: Mapping[str, Tensor], version: int) -> None:
-        import ray
+        if self.sender is not None:
+            self.sender.send(state_dict, version)
+        else:
+            import ray
 
-        ref = ray.put(dict(state_dict))
-        ray.get([actor.update_weights.remote(ref, version) for actor in self.actors])
+            ref = ray.put(dict(state_dict))
+            ray.get([actor.update_weights.remote(ref, version) for actor in self.actors])
         self.policy_version = version

@@ -205,9 +205,8 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
     started = time.perf_counter() - wall
     while True:
         if step % cfg.eval.every == 0 or step == total_steps:
-            have = records and records[-1]["step"] == step
-            record = None
-            if rank == 0 and not have:
+            record = None  # rank 0 evaluates unless this step's record exists (a resumed run)
+            if rank == 0 and not (records and records[-1]["step"] == step):
                 t_eval = time.perf_counter()
                 record = {"step": step, "rollouts": step * per_step, "tokens": tokens,
                           "system/trainer_flops": 6 * params * tokens,
@@ -215,7 +214,7 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
                 record["time/eval_s"] = time.perf_counter() - t_eval
                 record["system/wall_s"] = time.perf_counter() - started
             record = _broadcast(record, world)
-            if record is not None and not have:
+            if record is not None:
                 is_best = record[f"eval/mean@{cfg.eval.k}"] > best
                 best = max(best, record[f"eval/mean@{cfg.eval.k}"])
                 save_checkpoint(out, trainer, tokenizer, record, is_best, rank, world)

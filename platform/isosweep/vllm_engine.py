@@ -6,10 +6,16 @@ j-th of prompt i, completions end with ``<eos>`` when they finished), and log-pr
 *processed* sampling distribution (``logprobs_mode="processed_logprobs"``: after temperature;
 top-k and top-p are off), which is what the trainer recomputes with ``token_logprobs``.
 
-Weights reach the engine through a safetensors file written to shared memory and vLLM's in-place
-``reload_weights``, called by :class:`WeightSync`, a vLLM worker extension that also refreshes a
-tied LM head (vLLM's reload leaves it stale on a CPU). The workers must see the trainer's
-``/dev/shm``, so this is a one-node path; multi-node NCCL weight broadcast is not implemented here.
+Weights reach the engine in one of two ways (``weight_sync``):
+- ``"shm"`` (default): ``update_weights`` writes a safetensors file to shared memory and every worker
+  reloads it in place through :class:`WeightSync`, a vLLM worker extension that also refreshes a
+  tied LM head (vLLM's reload leaves it stale on a CPU). The workers must see the caller's
+  ``/dev/shm``: a one-node path, and the only one on a CPU.
+- ``"nccl"`` (GPUs only): the engine is started with vLLM's weight-transfer engine
+  (``weight_transfer_config={"backend": "nccl"}``) and the trainer broadcasts its GPU tensors to the
+  workers with :class:`isosweep.weight_sync.NcclWeightSender`, which drives the actor-side calls
+  ``init_weight_transfer``, ``start_weight_update``, ``receive_weights``, ``finish_weight_update``
+  and ``set_policy_version``. The ``"shm"`` path keeps working on such an engine.
 
 Precision (``precision="fp8"``):
 - on a GPU, vLLM's online ``fp8_per_channel`` quantization (FP8 weights with one scale per output
@@ -44,6 +50,7 @@ if TYPE_CHECKING:
     from ray.actor import ActorHandle
 
 Precision = Literal["bf16", "fp8"]
+WeightSyncMode = Literal["shm", "nccl"]
 
 CPU_ENV = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # engine core in this process: starts in about half the time
@@ -100,6 +107,7 @@ def llm_kwargs(
     gpu: bool,
     max_position_embeddings: int | None,
     overrides: Mapping[str, Any] | None,
+    weight_sync: WeightSyncMode = "shm",
 ) -> dict[str, Any]:
     """Arguments of ``vllm.LLM`` for one engine; ``overrides`` (e.g. ``tensor_parallel_size``,
     ``gpu_memory_utilization``, ``max_model_len``) replace or extend them."""
@@ -115,6 +123,9 @@ def llm_kwargs(
             # vLLM 0.32's "fp8" only reads FP8 checkpoints; online quantization of bf16 weights is
             # the per-channel shorthand, whose weight grid fp8.fp8_roundtrip reproduces.
             kwargs["quantization"] = "fp8_per_channel"
+        if weight_sync == "nccl":
+            # Every worker gets vLLM's NCCLWeightTransferEngine, which joins the trainer's group later.
+            kwargs["weight_transfer_config"] = {"backend": "nccl"}
     else:
         kwargs["enforce_eager"] = True
         kwargs["max_model_len"] = min(max_position_embeddings or CPU_MAX_MODEL_LEN, CPU_MAX_MODEL_LEN)
@@ -146,17 +157,23 @@ class VLLMEngine:
         seed: int = 0,
         gpu: bool | None = None,
         engine_kwargs: Mapping[str, Any] | None = None,
+        weight_sync: WeightSyncMode = "shm",
     ):
-        """Start the engine (seconds to minutes). ``gpu=None`` means ``torch.cuda.is_available()``."""
+        """Start the engine (seconds to minutes). ``gpu=None`` means ``torch.cuda.is_available()``;
+        ``weight_sync="nccl"`` (GPUs only) readies the workers for :mod:`isosweep.weight_sync`."""
         if precision not in ("bf16", "fp8"):
             raise ValueError(f"precision must be 'bf16' or 'fp8', got {precision!r}")
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
+        if weight_sync not in ("shm", "nccl"):
+            raise ValueError(f"weight_sync must be 'shm' or 'nccl', got {weight_sync!r}")
         self.model_path = model_path
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.precision = precision
         self.gpu = torch.cuda.is_available() if gpu is None else gpu
+        if weight_sync == "nccl" and not self.gpu:
+            raise ValueError("weight_sync='nccl' needs GPU workers (NCCL); use 'shm' on a CPU")
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         config = AutoConfig.from_pretrained(model_path)
         self.tied_embeddings = bool(getattr(config, "tie_word_embeddings", False))
@@ -165,7 +182,7 @@ class VLLMEngine:
         from vllm import LLM
 
         self.llm = LLM(**llm_kwargs(model_path, precision, seed, self.gpu,
-                                    getattr(config, "max_position_embeddings", None), engine_kwargs))
+                                    getattr(config, "max_position_embeddings", None), engine_kwargs, weight_sync))
         self.policy_version = 0
         if precision == "fp8" and not self.gpu:
             base = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16)
@@ -181,11 +198,9 @@ class VLLMEngine:
         :meth:`WeightSync.load_weights_from`; with tied embeddings ``lm_head.weight`` is left out
         (vLLM's loader skips it and the head shares ``embed_tokens``).
         """
-        state = {
-            name: tensor.detach().to("cpu", torch.bfloat16)
-            for name, tensor in state_dict.items()
-            if not (self.tied_embeddings and name == "lm_head.weight")
-        }
+        skipped = self.skipped_weights()
+        state = {name: tensor.detach().to("cpu", torch.bfloat16)
+                 for name, tensor in state_dict.items() if name not in skipped}
         if self.precision == "fp8" and not self.gpu:
             state = fp8_state_dict(state)
         nbytes = sum(t.numel() * t.element_size() for t in state.values())
@@ -195,6 +210,47 @@ class VLLMEngine:
         # Cached prompt KV blocks were computed by the old weights.
         self.llm.reset_prefix_cache()
         self.policy_version = version
+
+    def skipped_weights(self) -> list[str]:
+        """State-dict names the engine does not load: ``lm_head.weight`` with tied embeddings (the head
+        shares ``embed_tokens``; vLLM's loader rejects the alias when it arrives without it)."""
+        return ["lm_head.weight"] if self.tied_embeddings else []
+
+    # The calls below serve weight_sync="nccl"; isosweep.weight_sync.NcclWeightSender makes them, in
+    # this order, while the trainer joins the same NCCL group and broadcasts.
+
+    def transfer_workers(self) -> int:
+        """How many vLLM workers (tensor x pipeline parallel) join the transfer group."""
+        return self.llm.llm_engine.vllm_config.parallel_config.world_size_across_dp
+
+    def init_weight_transfer(self, init_info: Mapping[str, Any]) -> None:
+        """Join the trainer's NCCL group (vLLM's ``NCCLWeightTransferInitInfo`` fields: ``master_address``,
+        ``master_port``, ``rank_offset``, ``world_size`` and the packing parameters); blocks until the
+        sender joins too."""
+        self.llm.init_weight_transfer_engine({"init_info": dict(init_info)})
+
+    def start_weight_update(self) -> None:
+        """Prepare every worker's model for a layerwise reload."""
+        self.llm.start_weight_update()
+
+    def receive_weights(self, update_info: Mapping[str, Any]) -> None:
+        """Receive the broadcast announced by ``update_info`` (``names``, ``dtype_names``, ``shapes``, in
+        the order they are sent) and load it; returns once every tensor has arrived."""
+        self.llm.update_weights({"update_info": dict(update_info)})
+
+    def finish_weight_update(self) -> None:
+        """Finish the reload (FP8 weights are requantized here) and drop the prefix cache."""
+        self.llm.finish_weight_update()
+        # Cached prompt KV blocks were computed by the old weights.
+        self.llm.reset_prefix_cache()
+
+    def set_policy_version(self, version: int) -> None:
+        """Record the version of the weights that ``finish_weight_update`` put in place."""
+        self.policy_version = version
+
+    def shutdown_weight_transfer(self) -> None:
+        """Leave the trainer's NCCL group; the engine keeps serving."""
+        self.llm.shutdown_weight_transfer_engine()
 
     def generate(self, prompts: Sequence[str], n: int, seed: int) -> Rollouts:
         """Sample ``n`` completions for each prompt; deterministic for a given ``seed`` and weights."""
@@ -241,10 +297,12 @@ def spawn_rollout_actor(
     num_cpus: float = 1.0,
     num_gpus: float = 0.0,
     name: str | None = None,
+    weight_sync: WeightSyncMode = "shm",
 ) -> ActorHandle:
     """A Ray actor running :class:`VLLMEngine`; call ``actor.generate.remote(...)`` and
     ``actor.update_weights.remote(...)``. ``gpu=None`` means ``num_gpus > 0``; ``name`` makes it
-    a named actor that other trainer workers find with ``ray.get_actor(name)``.
+    a named actor that other trainer workers find with ``ray.get_actor(name)``; ``weight_sync="nccl"``
+    readies it for :class:`isosweep.weight_sync.NcclWeightSender`.
 
     The actor is scheduled outside any placement group the caller runs in (a Tune trial's): vLLM
     sets up its own workers, and an actor captured into the caller's group fails or hangs.
@@ -261,4 +319,5 @@ def spawn_rollout_actor(
         name=name,
         namespace=ACTOR_NAMESPACE if name else None,
     )
-    return actor_class.remote(model_path, max_new_tokens, temperature, precision, seed, on_gpu, engine_kwargs)
+    return actor_class.remote(model_path, max_new_tokens, temperature, precision, seed, on_gpu, engine_kwargs,
+                              weight_sync)
