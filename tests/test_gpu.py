@@ -7,6 +7,7 @@ DeepSpeed or several GPUs say so when they skip.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -102,9 +103,64 @@ def test_vllm_fp8_engine_on_the_gpu(base_model):
                                              zip(rollouts.logprobs, rollouts.completion_ids))
 
 
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="multi-GPU weight sync needs at least 2 GPUs")
-def test_multi_gpu_weight_sync():
-    pytest.importorskip("vllm", reason="vLLM is not installed")
-    from isosweep import vllm_engine
+SCORED = ["12+34=46", "56+7=63", "3+4=7", "90+11=101", "205+318=523"]
+"""Sequences whose prompt log-probs the engine reports under its current weights."""
+LOGP_ATOL = 0.02
+"""bf16 tolerance on one log-prob; (a) asks the perturbation to move some log-prob by 5x as much."""
 
-    assert hasattr(vllm_engine, "broadcast_weights_nccl")
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="multi-GPU weight sync needs at least 2 GPUs")
+def test_multi_gpu_weight_sync(base_model, monkeypatch):
+    """Weights broadcast over NCCL from the trainer's GPU 0 to a vLLM engine on GPU 1 serve the same
+    log-probs as the same weights loaded through the /dev/shm path, and carry their version."""
+    pytest.importorskip("vllm", reason="vLLM is not installed")
+    ray = pytest.importorskip("ray", reason="Ray is not installed")
+    from transformers import AutoModelForCausalLM
+
+    from isosweep.rollout import RolloutPool
+
+    def score(engine, texts):
+        """(Runs in the actor.) Log-prob of every token but the first of each text, flattened."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        ids = [engine.tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+        params = SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False)
+        outputs = engine.llm.generate([TokensPrompt(prompt_token_ids=i) for i in ids], params, use_tqdm=False)
+        return [step[token].logprob for i, out in zip(ids, outputs)
+                for step, token in zip(out.prompt_logprobs[1:], i[1:])]
+
+    # This process is the trainer, on GPU 0. CUDA is initialised before Ray starts so that this
+    # process keeps both GPUs while Ray, and the engine it places, see only the second one.
+    torch.cuda.init()
+    torch.cuda.set_device(0)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") or ",".join(map(str, range(torch.cuda.device_count())))
+    with monkeypatch.context() as env:
+        env.setenv("CUDA_VISIBLE_DEVICES", visible.split(",")[1])
+        ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        pool = RolloutPool.spawn([f"nccl-sync-{os.getpid()}"], str(base_model), max_new_tokens=8, temperature=1.0,
+                                 precision="bf16", seed=0, cpus=1, gpus=1, weight_sync="nccl")
+        actor = pool.actors[0]
+        before = torch.tensor(ray.get(actor.__ray_call__.remote(score, SCORED)))
+
+        policy = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32).to("cuda:0")
+        generator = torch.Generator(device="cuda:0").manual_seed(0)
+        with torch.no_grad():
+            for param in policy.parameters():  # the tied embedding once
+                param.add_(0.1 * param.std() * torch.randn(param.shape, generator=generator, device="cuda:0"))
+        state = policy.state_dict()  # fp32 on GPU 0: the sender casts to bf16 there
+        pool.update_weights(state, version=3)
+        synced = torch.tensor(ray.get(actor.__ray_call__.remote(score, SCORED)))
+        assert pool.policy_version == 3
+        assert pool.generate(["12+34="], n=2, seed=0).policy_version == 3
+
+        ray.get(actor.update_weights.remote({name: t.cpu() for name, t in state.items()}, 4))  # the /dev/shm path
+        loaded = torch.tensor(ray.get(actor.__ray_call__.remote(score, SCORED)))
+        assert ray.get(actor.generate.remote(["12+34="], 1, 0)).policy_version == 4
+
+        assert (synced - before).abs().max() > 5 * LOGP_ATOL  # (a) the broadcast reached the engine
+        assert torch.allclose(synced, loaded, atol=LOGP_ATOL)  # (b) and loaded what /dev/shm loads
+        pool.sender.close()
+    finally:
+        ray.shutdown()

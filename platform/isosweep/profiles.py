@@ -41,6 +41,9 @@ class Profile(_Section):
     """Each rollout actor."""
     backend: Literal["gloo", "nccl"]
     """torch.distributed backend of the trainer workers."""
+    weight_sync: Literal["shm", "nccl"] = "shm"
+    """How rank 0 publishes weights to the rollout actors: through shared memory / Ray's object
+    store (one node), or an NCCL broadcast from the trainer's GPU to the engines' GPUs."""
 
 
 def load_profiles(path: str | Path = PROFILES_FILE) -> dict[str, Profile]:

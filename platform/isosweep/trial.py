@@ -154,7 +154,8 @@ def make_engine(cfg: TrialConfig, model_path: str, tokenizer, rank: int, run_id:
     pool = None
     if rank == 0:
         pool = RolloutPool.spawn(names, model_path, cfg.rollout.max_new_tokens, cfg.rollout.temperature,
-                                 cfg.rollout.precision, cfg.seed, profile.rollout.CPU, profile.rollout.GPU)
+                                 cfg.rollout.precision, cfg.seed, profile.rollout.CPU, profile.rollout.GPU,
+                                 weight_sync=profile.weight_sync)
     if dist.get_world_size() > 1:
         dist.barrier()
     return pool or RolloutPool.attach(names), True
