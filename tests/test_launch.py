@@ -126,3 +126,17 @@ def test_alpha_is_well_below_under_bf16_than_under_fp8_rollouts(base_model, tmp_
         steps = read_steps(out)
         alphas[precision] = sum(s["ais/alpha"] for s in steps) / len(steps)
     assert alphas["fp8"] > factor * alphas["bf16"], alphas
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_two_workers_share_one_vllm_actor_without_stale_rollouts(base_model, tmp_path):
+    """Rank 0 starts the rollout actor and publishes; rank 1 finds it by name; a barrier after each
+    publication means neither worker samples with the previous weights (2 CPUs: 2 x 0.45 + 0.9)."""
+    pytest.importorskip("vllm", reason="vLLM is not installed")
+    cfg = load_trial(EASY, SHORT[:-1] + ["rollout.engine=vllm", "trainer.num_workers=2"])
+    records = run_trial(cfg, tmp_path)
+    steps = read_steps(tmp_path)
+    assert [r["rollouts"] for r in records] == [0, 256, 512]
+    assert [s["step"] for s in steps] == list(range(1, 17))
+    assert all(s["rollout/policy_version"] == s["step"] - 1 for s in steps)
