@@ -296,7 +296,7 @@ def load_trial(path: str | Path, overrides: list[str] | None = None) -> TrialCon
 def _describe(model: type[BaseModel], error: dict) -> str:
     """One readable line for one pydantic error: key, problem, allowed values, offending input."""
     loc = [str(part) for part in error["loc"]]
-    key = ".".join(loc) or "(top level)"
+    key = ".".join(loc)
     if error["type"] == "extra_forbidden":
         section = _section_at(model, loc[:-1])
         allowed = ", ".join(section.model_fields) if section else "?"
@@ -305,6 +305,8 @@ def _describe(model: type[BaseModel], error: dict) -> str:
     message = message.replace("Input should be", "must be")
     shown = error.get("input")
     suffix = "" if isinstance(shown, dict) or shown is None else f" (got {shown!r})"
+    if not loc:  # a rule across keys (budget vs Bp * n, ...): its message names them
+        return message
     return f"key {key!r}: {message}{suffix}"
 
 
