@@ -22,13 +22,6 @@ ROOT = Path(__file__).resolve().parents[1]
 EASY = ROOT / "sweeps" / "trials" / "easy.yaml"
 
 
-@pytest.fixture(scope="module")
-def base_model() -> Path:
-    from isosweep.models import ensure_base_model
-
-    return ensure_base_model("tiny-1m", "arithmetic", 0)
-
-
 def test_nccl_process_group_reduces_on_the_gpu():
     import torch.distributed as dist
 

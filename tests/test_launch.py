@@ -8,7 +8,6 @@ import pytest
 
 from isosweep.config import ConfigError, load_trial
 from isosweep.launch import run_trial
-from isosweep.models import ensure_base_model
 from isosweep.profiles import get_profile, load_profiles, trial_resources
 from isosweep.rollout import HFEngine
 from isosweep.trial import read_steps, train_loop
@@ -16,11 +15,6 @@ from isosweep.trial import read_steps, train_loop
 ROOT = Path(__file__).resolve().parents[1]
 EASY = ROOT / "sweeps" / "trials" / "easy.yaml"
 SHORT = ["budget=512", "Bp=8", "n=4", "eval.every=8", "task.eval_problems=32", "rollout.engine=hf"]
-
-
-@pytest.fixture(scope="module")
-def base_model() -> Path:
-    return ensure_base_model("tiny-1m", "arithmetic", 0)
 
 
 def test_profiles_load_and_fit_their_node():

@@ -14,7 +14,6 @@ import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from isosweep.config import load_trial
-from isosweep.models import ensure_base_model
 from isosweep.rollout import HFEngine
 from isosweep.tasks import Problem
 from isosweep.trial import CHECKPOINTS, batch_problems, eval_correct, problem_sets, read_records, train_loop
@@ -22,11 +21,6 @@ from isosweep.trial import CHECKPOINTS, batch_problems, eval_correct, problem_se
 ROOT = Path(__file__).resolve().parents[1]
 EASY = ROOT / "sweeps" / "trials" / "easy.yaml"
 SHORT = ["budget=256", "Bp=8", "n=4", "eval.every=4", "task.eval_problems=32", "rollout.engine=hf"]
-
-
-@pytest.fixture(scope="session")
-def base_model() -> Path:
-    return ensure_base_model("tiny-1m", "arithmetic", 0)
 
 
 def test_batch_problems_are_a_pure_function_of_seed_and_step():
