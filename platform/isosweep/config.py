@@ -155,6 +155,12 @@ class EvalConfig(_Section):
 
     every: int = Field(20, gt=0)
     """Evaluate (and checkpoint) every this many steps, plus at the start and the end."""
+    points: int | None = Field(None, ge=2)
+    """If set, replaces ``every``: about this many evaluations log-spaced in compute between
+    ``first`` x C and C (plus one at the start). A sigmoid in compute is fitted to these points,
+    and log spacing puts as many on its rise as on its plateau."""
+    first: float = Field(1 / 64, gt=0, le=1)
+    """The first log-spaced evaluation, as a fraction of the budget (with ``points``)."""
     samples: int = Field(8, gt=0)
     """Samples per eval problem (n_eval); the estimators are unbiased for any k <= samples."""
     k: int = Field(4, gt=0)
@@ -214,6 +220,27 @@ class TrialConfig(_Section):
 def steps(cfg: TrialConfig) -> int:
     """M = floor(C / (Bp * n)): optimizer steps the budget buys."""
     return cfg.budget // (cfg.Bp * cfg.n)
+
+
+def eval_steps(cfg: TrialConfig) -> list[int]:
+    """The steps after which a trial evaluates (and checkpoints), ascending, always 0 and M.
+
+    ``eval.every`` spaces them evenly; ``eval.points`` spaces them evenly in log compute from
+    ``eval.first * M`` to ``M``, rounded to whole steps (duplicates after rounding dropped).
+
+    >>> cfg = TrialConfig(budget=128 * 100, Bp=16, n=8, eval={"every": 40})
+    >>> eval_steps(cfg)
+    [0, 40, 80, 100]
+    >>> eval_steps(cfg.model_copy(update={"eval": EvalConfig(points=4, first=0.1)}))
+    [0, 10, 22, 46, 100]
+    """
+    total = steps(cfg)
+    if cfg.eval.points is None:
+        chosen = set(range(0, total, cfg.eval.every))
+    else:
+        low = max(1.0, cfg.eval.first * total)
+        chosen = {0} | {int(round(low * (total / low) ** (i / (cfg.eval.points - 1)))) for i in range(cfg.eval.points)}
+    return sorted(chosen | {0, total})
 
 
 def learning_rate(cfg: TrialConfig) -> float:

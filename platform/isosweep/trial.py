@@ -184,6 +184,7 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
     device = trainer.device
     reference.to(device)
     total_steps, per_step = C.steps(cfg), cfg.Bp * cfg.n
+    evals = set(C.eval_steps(cfg))
     kl_coef, entropy_coef = C.kl_coef(cfg), C.entropy_coef(cfg)
     params = sum(p.numel() for p in policy.parameters())
     publisher = rank == 0 or not shared_engine
@@ -205,7 +206,7 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
     window: list[dict[str, float]] = []
     started = time.perf_counter() - wall
     while True:
-        if step % cfg.eval.every == 0 or step == total_steps:
+        if step in evals:
             record = None  # rank 0 evaluates unless this step's record exists (a resumed run)
             if rank == 0 and not (records and records[-1]["step"] == step):
                 t_eval = time.perf_counter()
