@@ -22,7 +22,8 @@ def test_profiles_load_and_fit_their_node():
     assert "cpu-tiny" in profiles
     for name, profile in profiles.items():
         need = trial_resources(profile, workers=1, actors=1)
-        assert need["CPU"] <= profile.node.CPU and need["GPU"] <= profile.node.GPU, name
+        nodes = profile.nodes  # a multi-node profile fits its nodes together (tests/test_clusters.py: each bundle fits one)
+        assert need["CPU"] <= nodes * profile.node.CPU and need["GPU"] <= nodes * profile.node.GPU, name
     with pytest.raises(ConfigError, match="unknown hardware profile 'h100-galaxy'"):
         get_profile("h100-galaxy")
 
