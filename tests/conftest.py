@@ -16,3 +16,39 @@ def base_model() -> Path:
     from isosweep.models import ensure_base_model
 
     return ensure_base_model("tiny-1m", "arithmetic", 0)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory):
+    """A real local MLflow server (SQLite + on-disk artifacts) for the whole session.
+
+    Yields ``(uri, env)``: ``env`` points isosweep's server management at it
+    (``ISOSWEEP_MLFLOW_DIR``/``ISOSWEEP_MLFLOW_PORT``, no ``MLFLOW_TRACKING_URI``), so a
+    subprocess sweep given ``env`` finds and reuses this server.
+    """
+    import os
+
+    from isosweep import tracking
+
+    env = {"ISOSWEEP_MLFLOW_DIR": str(tmp_path_factory.mktemp("mlflow")), "ISOSWEEP_MLFLOW_PORT": str(free_port())}
+    saved = {key: os.environ.get(key) for key in (*env, "MLFLOW_TRACKING_URI")}
+    os.environ.update(env)
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    try:
+        uri = tracking.ensure_server(log=lambda line: None)
+        yield uri, env
+    finally:
+        tracking.stop_server()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
