@@ -4,6 +4,10 @@
 #   make trial TRIAL=sweeps/trials/easy.yaml OUT=runs/easy [SET="budget=20000 Bp=16 n=8"]
 #   make ais-study [BUDGET=20000]   bf16 vs fp8 rollouts, none/tis/ais corrections -> dashboards/ais-study
 #   make bench                      engine throughput and a trial's time split -> bench/results.json
+#   make sweep [BUDGET=1e5] [SWEEP=sweeps/isocompute-easy.yaml]
+#                                   iso-compute sweep on local Ray + MLflow; prints the frontier table
+#   make frontier SWEEP_ID=<id>     redo a sweep's frontier analysis from MLflow alone
+#   make ui / make ui-stop          the MLflow UI (local server, SQLite in .mlflow/) on 127.0.0.1:5000
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -17,8 +21,12 @@ export ISOSWEEP_CACHE ?= $(CURDIR)/.cache/isosweep
 TRIAL ?= sweeps/trials/easy.yaml
 OUT ?= runs/$(basename $(notdir $(TRIAL)))
 SET ?=
+SWEEP ?= sweeps/isocompute-easy.yaml
+BUDGET ?=
+RUNS ?= runs/sweeps
+DASHBOARDS ?= dashboards
 
-.PHONY: venv test models trial ais-study bench clean
+.PHONY: venv browser test models trial ais-study bench sweep frontier ui ui-stop clean
 
 venv: $(STAMP)
 
@@ -30,8 +38,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 	touch $@
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/python -m pytest
+
+# The browser test opens the MLflow UI in Debian's headless Chromium; it is installed here when
+# missing and this is a root shell with apt-get (CI), else the test skips and says why.
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) ; } || \
+	  echo "note: chromium/chromedriver not installed; the browser test will be skipped"
 
 models: $(STAMP)
 	$(BIN)/isosweep models build
@@ -44,6 +60,18 @@ ais-study: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/isosweep bench --out bench/results.json
+
+sweep: $(STAMP)
+	$(BIN)/isosweep sweep $(SWEEP) $(if $(BUDGET),--budget $(BUDGET)) --runs $(RUNS) --dashboards $(DASHBOARDS)
+
+frontier: $(STAMP)
+	$(BIN)/isosweep frontier $(SWEEP_ID) --runs $(RUNS)
+
+ui: $(STAMP)
+	$(BIN)/isosweep ui
+
+ui-stop: $(STAMP)
+	$(BIN)/isosweep ui --stop
 
 clean:
 	rm -rf runs .cache .pytest_cache

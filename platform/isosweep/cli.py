@@ -4,6 +4,9 @@
     isosweep models build [--sizes tiny-1m ...] [--task arithmetic] [--seed 0]
     isosweep ais-study [--budget 20000] [--out dashboards/ais-study]
     isosweep bench [--out bench/results.json]
+    isosweep sweep sweeps/isocompute-easy.yaml [--budget 1e5] [--dry-run] [--address auto]
+    isosweep frontier <sweep-id>          redo a sweep's frontier analysis from MLflow alone
+    isosweep ui [--stop]                  start (or stop) the local MLflow server and print its URL
 
 A configuration error prints one message naming the file and key and exits with status 2
 before any model is built or trained.
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -55,6 +59,58 @@ def _bench(args: argparse.Namespace) -> None:
     bench(args.out, engines=args.engines, sizes=args.sizes)
 
 
+def _sweep(args: argparse.Namespace) -> None:
+    from isosweep.sweepspec import load_sweep
+
+    sweep = load_sweep(args.spec, args.budget)
+    if args.dry_run:
+        _dry_run(sweep)
+        return
+    from isosweep.sweep import run_sweep
+
+    analysis = run_sweep(sweep, runs_root=args.runs, dashboards=None if args.no_dashboards else args.dashboards,
+                         address=args.address, progress_every_s=args.progress_every)
+    if analysis is None:
+        raise SystemExit(130)
+
+
+def _dry_run(sweep) -> None:
+    from isosweep import config as C
+    from isosweep.sweep import resources_of
+
+    print(f"sweep {sweep.sweep_id}: {sweep.spec.study} study from {sweep.path}, C = {sweep.budget:,} rollouts per trial")
+    print(f"{'trial':<14} {'n':>4} {'Bp':>5} {'M':>7} {'lr':>9} {'evals':>5}  {'engine':<6} {'profile':<10} resources")
+    for point in sweep.trials:
+        cfg = point.cfg
+        print(f"{point.key:<14} {cfg.n:>4} {cfg.Bp:>5} {C.steps(cfg):>7} {C.learning_rate(cfg):>9.2e} "
+              f"{len(C.eval_steps(cfg)):>5}  {cfg.rollout.engine:<6} {cfg.profile:<10} {resources_of(cfg)}")
+    print(f"{len(sweep.trials)} trials, {sum(C.steps(p.cfg) * p.cfg.Bp * p.cfg.n for p in sweep.trials):,} rollouts in all")
+
+
+def _frontier(args: argparse.Namespace) -> None:
+    from isosweep import tracking
+    from isosweep.sweep import frontier_report
+
+    uri = tracking.ensure_server()
+    out = Path(args.out) if args.out else Path(args.runs) / args.sweep_id / "frontier"
+    frontier_report(uri, args.sweep_id, out, dashboards=args.dashboards, prefix=True)
+
+
+def _ui(args: argparse.Namespace) -> None:
+    from isosweep import tracking
+
+    if args.stop:
+        print("[mlflow] stopped" if tracking.stop_server() else "[mlflow] no local server was running")
+        return
+    uri = tracking.ensure_server()
+    if os.environ.get("DISPLAY") or sys.platform == "darwin":  # a desktop: open it there too
+        import webbrowser
+
+        webbrowser.open(uri)
+    print(f"[mlflow] UI at {uri} -- experiment '{tracking.EXPERIMENT}'; each sweep is a parent run with its "
+          "frontier under Artifacts > frontier. Stop it with `make ui-stop`. On a remote machine: ssh -L 5000:127.0.0.1:5000 <host>")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="isosweep", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -88,6 +144,29 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--engines", nargs="*", help="engines to measure (default: vllm and hf where installed)")
     bench.add_argument("--sizes", nargs="*", help="tiny sizes (default: all)")
     bench.set_defaults(run=_bench)
+
+    sweep = commands.add_parser("sweep", help="run (or resume) a sweep: Ray Tune over the grid, MLflow, frontier")
+    sweep.add_argument("spec", help="sweep YAML, e.g. sweeps/isocompute-easy.yaml")
+    sweep.add_argument("--budget", default=None, help="C, rollouts per trial (e.g. 1e5); default: the file's budget")
+    sweep.add_argument("--runs", default="runs/sweeps", help="where trial directories go (default: runs/sweeps)")
+    sweep.add_argument("--dashboards", default="dashboards",
+                       help="the HTML report and plots go to DASHBOARDS/<sweep name>/ (default: dashboards)")
+    sweep.add_argument("--no-dashboards", action="store_true", help="write the report only to the run folder and MLflow")
+    sweep.add_argument("--address", default=None, help="Ray cluster to join (e.g. 'auto'); default: a local Ray")
+    sweep.add_argument("--dry-run", action="store_true", help="print the trials and their resources; start nothing")
+    sweep.add_argument("--progress-every", type=float, default=30.0, help="seconds between progress lines (default: 30)")
+    sweep.set_defaults(run=_sweep)
+
+    front = commands.add_parser("frontier", help="redo a sweep's frontier analysis from MLflow alone (no training)")
+    front.add_argument("sweep_id", help="the sweep id (or its start, for the newest matching sweep), e.g. isocompute-easy-100k")
+    front.add_argument("--runs", default="runs/sweeps", help="the output goes to RUNS/<sweep-id>/frontier unless --out")
+    front.add_argument("--out", default=None, help="output folder for the table, fits and plots")
+    front.add_argument("--dashboards", default=None, help="also write the report here")
+    front.set_defaults(run=_frontier)
+
+    ui = commands.add_parser("ui", help="start the local MLflow server (or --stop it) and print its URL")
+    ui.add_argument("--stop", action="store_true", help="stop the local server started by isosweep")
+    ui.set_defaults(run=_ui)
 
     args = parser.parse_args(argv)
     try:

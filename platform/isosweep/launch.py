@@ -29,7 +29,7 @@ RAY_ENV = {
 }
 
 
-def ray_init(address: str | None = None) -> bool:
+def ray_init(address: str | None = None, log_to_driver: bool = True) -> bool:
     """Connect to ``address`` or start a local Ray; returns whether this call started it."""
     for key, value in RAY_ENV.items():
         os.environ.setdefault(key, value)
@@ -37,48 +37,80 @@ def ray_init(address: str | None = None) -> bool:
 
     if ray.is_initialized():
         return False
-    ray.init(address=address, include_dashboard=False, log_to_driver=True,
+    ray.init(address=address, include_dashboard=False, log_to_driver=log_to_driver,
              runtime_env={"env_vars": {k: os.environ[k] for k in RAY_ENV}})
     return True
 
 
 def _worker(config: dict) -> None:
-    """Per-worker entry point: rebuild the validated config, run the loop, report each eval."""
+    """Per-worker entry point: rebuild the validated config, run the loop, report each eval.
+
+    In a sweep (``config["mlflow"]`` set) rank 0 also logs each record to the trial's MLflow
+    run before reporting it, and the loop's log lines go to the trial's ``trial.log``.
+    """
     import ray.train
 
     from isosweep.trial import train_loop
 
     cfg = TrialConfig.model_validate(config["cfg"])
-    train_loop(cfg, config["out"], report=ray.train.report, run_id=config["run_id"])
+    out = Path(config["out"])
+    report, log = ray.train.report, print
+    tracking = config.get("mlflow")
+    if tracking:
+        rank = ray.train.get_context().get_world_rank()
+        logger = None
+        if rank == 0:
+            from isosweep.tracking import TrialLogger
+
+            logger = TrialLogger(tracking["uri"], tracking["run_id"], out, cfg.eval.k)
+
+        def report(record: dict) -> None:
+            if logger is not None:
+                logger.log(record)
+            ray.train.report(record)
+
+        def log(line: str) -> None:
+            with open(out / "trial.log", "a") as f:
+                f.write(line + "\n")
+
+    train_loop(cfg, out, log=log, report=report, run_id=config["run_id"])
+
+
+def make_torch_trainer(cfg: TrialConfig, out: Path, tracking: dict | None = None, callbacks: list | None = None,
+                       name: str = "trial"):
+    """The ``TorchTrainer`` of one trial: ``trainer.num_workers`` workers sharing the profile's
+    trainer resources, each running :func:`_worker`. ``tracking`` (``{"uri", "run_id"}``) makes
+    rank 0 log to MLflow; ``callbacks`` are Ray Train callbacks (a sweep passes Tune's)."""
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    profile = get_profile(cfg.profile)
+    workers = cfg.trainer.num_workers
+    run_id = uuid.uuid4().hex[:8]  # a repeated Train run name would resume Ray's old run, not ours
+    return TorchTrainer(
+        _worker,
+        train_loop_config={"cfg": cfg.model_dump(mode="json"), "out": str(out), "run_id": run_id,
+                           "mlflow": tracking},
+        scaling_config=ScalingConfig(
+            num_workers=workers,
+            use_gpu=profile.accelerator == "gpu",
+            resources_per_worker={"CPU": profile.trainer.CPU / workers, "GPU": profile.trainer.GPU / workers},
+        ),
+        torch_config=TorchConfig(backend=profile.backend),
+        run_config=RunConfig(name=f"{name}-{run_id}", storage_path=str(out / "ray"), callbacks=callbacks),
+    )
 
 
 def run_trial(cfg: TrialConfig, out: str | Path, address: str | None = None,
               log: Callable[[str], None] = print) -> list[dict]:
     """Run (or resume) one trial on Ray; returns its eval records."""
-    from ray.train import RunConfig, ScalingConfig
-    from ray.train.torch import TorchConfig, TorchTrainer
-
     from isosweep.trial import read_records
 
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    profile = get_profile(cfg.profile)
-    workers = cfg.trainer.num_workers
     started = ray_init(address)
-    run_id = uuid.uuid4().hex[:8]  # a repeated Train run name would resume Ray's old run, not ours
     try:
-        trainer = TorchTrainer(
-            _worker,
-            train_loop_config={"cfg": cfg.model_dump(mode="json"), "out": str(out), "run_id": run_id},
-            scaling_config=ScalingConfig(
-                num_workers=workers,
-                use_gpu=profile.accelerator == "gpu",
-                resources_per_worker={"CPU": profile.trainer.CPU / workers, "GPU": profile.trainer.GPU / workers},
-            ),
-            torch_config=TorchConfig(backend=profile.backend),
-            run_config=RunConfig(name=f"trial-{run_id}", storage_path=str(out / "ray")),
-        )
-        trainer.fit()
+        make_torch_trainer(cfg, out).fit()
     finally:
         if started:
             import ray
