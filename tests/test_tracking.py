@@ -89,6 +89,7 @@ def test_a_new_logger_catches_up_only_what_mlflow_lacks(run, tmp_path):
     write_trial(out, records, steps_upto(12))  # the trial went on; its driver died before logging
     again = tracking.TrialLogger(uri, child, out, k=4)
     assert again.catch_up() == 2
+    assert first.catch_up() == 0  # a logger created earlier sees what the other one logged
     assert tracking.TrialLogger(uri, child, out, k=4).catch_up() == 0
     steps = sorted(m.step for m in client.get_metric_history(child, "eval/mean_at_4"))
     assert steps == [0, 128, 256, 384]

@@ -196,12 +196,13 @@ def table_text(analysis: Analysis, metric: str | None = None) -> str:
     """The frontier table of ``metric`` (default: the primary one) and the fitted curves, as text."""
     metric = metric or analysis.primary
     m = analysis.metrics[metric]
-    lines = [f"frontier of {metric} -- {analysis.title} (C in rollouts per trial; fitted value with 90% CI)",
-             f"{'C':>10}  {'best config':<12} {'n*':>4} {'Bp*':>4} {'M':>6}  {'fitted':>6}  {'90% CI':<15} "
+    lines = [f"frontier of {metric} -- {analysis.title} (C in rollouts per trial; M(C) = steps the best "
+             "config takes to reach C; fitted value with 90% CI)",
+             f"{'C':>10}  {'best config':<12} {'n*':>4} {'Bp*':>4} {'M(C)':>6}  {'fitted':>6}  {'90% CI':<15} "
              f"{'observed best':<22}"]
     for row in m.rows:
         ci = f"[{_fmt(row['low'])}, {_fmt(row['high'])}]" if not math.isnan(row["low"]) else "-"
-        M = row.get("M")
+        M = int(row["C"] // (row["n"] * row["Bp"])) if row["config"] else None  # steps to reach C
         observed = f"{row['observed_config']} {_fmt(row['observed_value'])}" if row["observed_config"] else "-"
         lines.append(f"{row['C']:>10,.0f}  {row['config'] or '(no fit)':<12} {row.get('n', '-'):>4} "
                      f"{row.get('Bp', '-'):>4} {M if M is not None else '-':>6}  {_fmt(row['value']):>6}  "
@@ -226,7 +227,7 @@ def table_text(analysis: Analysis, metric: str | None = None) -> str:
             p = m.fits[key].params
             h = m.holdout.get(key, {})
             hold = (f"{_fmt(h['predicted'])}/{_fmt(h['observed'])}/{_fmt(h['abs_error'])}"
-                    if h.get("predicted") is not None else f"- ({h.get('reason', '')[:40]})")
+                    if h.get("predicted") is not None else f"- ({h.get('n_fit_points', 0)} records at C <= C_max/4)")
             lines.append(f"{key:<12} {p['R0']:>6.3f} {p['A']:>6.3f} {p['C_mid']:>10,.0f} {p['B']:>6.2f} "
                          f"{m.fits[key].n:>6}  {hold}")
         else:

@@ -92,8 +92,7 @@ def _frontier(args: argparse.Namespace) -> None:
     from isosweep.sweep import frontier_report
 
     uri = tracking.ensure_server()
-    out = Path(args.out) if args.out else Path(args.runs) / args.sweep_id / "frontier"
-    frontier_report(uri, args.sweep_id, out, dashboards=args.dashboards, prefix=True)
+    frontier_report(uri, args.sweep_id, args.out, dashboards=args.dashboards, prefix=True, runs_root=args.runs)
 
 
 def _ui(args: argparse.Namespace) -> None:

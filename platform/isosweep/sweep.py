@@ -295,11 +295,13 @@ def curves_from_mlflow(client, sweep_id: str, k: int) -> list[Curve]:
     return curves
 
 
-def frontier_report(uri: str, sweep_id: str, out: str | Path, dashboards: str | Path | None = None,
-                    log: Callable[[str], None] = say, prefix: bool = False) -> Analysis:
+def frontier_report(uri: str, sweep_id: str, out: str | Path | None, dashboards: str | Path | None = None,
+                    log: Callable[[str], None] = say, prefix: bool = False,
+                    runs_root: str | Path = "runs/sweeps") -> Analysis:
     """The frontier analysis of a sweep from its MLflow runs alone: fit, print, write, log to the parent run.
 
-    ``sweep_id`` may be a prefix of the id (the newest matching sweep) with ``prefix=True``.
+    ``sweep_id`` may be a prefix of the id (the newest matching sweep) with ``prefix=True``;
+    ``out=None`` writes to ``runs_root/<sweep id>/frontier``.
     """
     client = tracking.client(uri)
     parent = tracking.find_parent(client, sweep_id, prefix=prefix)
@@ -307,6 +309,7 @@ def frontier_report(uri: str, sweep_id: str, out: str | Path, dashboards: str | 
         raise ConfigError(f"no sweep {sweep_id!r} in MLflow at {uri} (experiment '{tracking.EXPERIMENT}')")
     tags, params = parent.data.tags, parent.data.params
     sweep_id = tags[tracking.SWEEP_TAG]
+    out = Path(runs_root) / sweep_id / "frontier" if out is None else Path(out)
     metric = tags["isosweep.metric"]
     k = int(metric.split("@")[1])
     curves = curves_from_mlflow(client, sweep_id, k)

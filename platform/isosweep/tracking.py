@@ -63,7 +63,7 @@ def _healthy(uri: str, timeout: float = 2.0) -> bool:
         return False
 
 
-def ensure_server(log=print, wait_s: float = 120.0) -> str:
+def ensure_server(log=print, wait_s: float = 300.0) -> str:
     """The tracking URI: ``$MLFLOW_TRACKING_URI`` if set, else a local server (started if not up).
 
     The local server outlives the sweep (so the UI stays browsable); :func:`stop_server` or
@@ -222,15 +222,21 @@ class TrialLogger:
         self.out = Path(out)
         self.k = k
         self.metric = f"eval/mean@{k}"
-        history = self.client.get_metric_history(run_id, mlflow_name(self.metric))
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Read what the run already holds (another process may have logged since)."""
+        history = self.client.get_metric_history(self.run_id, mlflow_name(self.metric))
         self.eval_logged = max((m.step for m in history), default=-1)
         self.best = max((m.value for m in history), default=float("-inf"))
-        steps = self.client.get_metric_history(run_id, "train/reward")
+        steps = self.client.get_metric_history(self.run_id, "train/reward")
         self.steps_logged = max((m.step for m in steps), default=0)
 
     def catch_up(self) -> int:
+        """Log the records and steps of the trial's files that the run lacks; returns how many records."""
         from isosweep.trial import read_records
 
+        self.refresh()
         missing = [r for r in read_records(self.out) if r["rollouts"] > self.eval_logged]
         for record in missing:
             self.log(record, checkpoint=False)
