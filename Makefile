@@ -8,6 +8,8 @@
 #                                   iso-compute sweep on local Ray + MLflow; prints the frontier table
 #   make frontier SWEEP_ID=<id>     redo a sweep's frontier analysis from MLflow alone
 #   make ui / make ui-stop          the MLflow UI (local server, SQLite in .mlflow/) on 127.0.0.1:5000
+#   make cluster-up CLUSTER=clusters/aws-h200.yaml    ray up (cluster-down: ray down)
+#   make submit CLUSTER=clusters/aws-h200.yaml SWEEP=sweeps/x.yaml BUDGET=1e5 [RUNS_ON_CLUSTER=/shared/runs]
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -26,7 +28,7 @@ BUDGET ?=
 RUNS ?= runs/sweeps
 DASHBOARDS ?= dashboards
 
-.PHONY: venv browser test models trial ais-study bench sweep frontier ui ui-stop clean
+.PHONY: cluster-up cluster-down submit venv browser test models trial ais-study bench sweep frontier ui ui-stop clean
 
 venv: $(STAMP)
 
@@ -72,6 +74,15 @@ ui: $(STAMP)
 
 ui-stop: $(STAMP)
 	$(BIN)/isosweep ui --stop
+
+cluster-up: $(STAMP)
+	$(BIN)/ray up -y $(CLUSTER)
+
+cluster-down: $(STAMP)
+	$(BIN)/ray down -y $(CLUSTER)
+
+submit: $(STAMP)
+	$(BIN)/isosweep submit $(SWEEP) $(if $(BUDGET),--budget $(BUDGET)) $(if $(ADDRESS),--address $(ADDRESS),--cluster $(CLUSTER)) --runs "$(or $(RUNS_ON_CLUSTER),~/isosweep/runs/sweeps)"
 
 clean:
 	rm -rf runs .cache .pytest_cache

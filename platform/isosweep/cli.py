@@ -7,6 +7,7 @@
     isosweep sweep sweeps/isocompute-easy.yaml [--budget 1e5] [--dry-run] [--address auto]
     isosweep frontier <sweep-id>          redo a sweep's frontier analysis from MLflow alone
     isosweep ui [--stop]                  start (or stop) the local MLflow server and print its URL
+    isosweep submit sweeps/x.yaml --cluster clusters/aws-h200.yaml | --address http://127.0.0.1:8265 [--budget 1e5]
 
 A configuration error prints one message naming the file and key and exits with status 2
 before any model is built or trained.
@@ -64,27 +65,20 @@ def _sweep(args: argparse.Namespace) -> None:
 
     sweep = load_sweep(args.spec, args.budget)
     if args.dry_run:
-        _dry_run(sweep)
+        _dry_run(sweep, args.cluster)
         return
     from isosweep.sweep import run_sweep
 
-    analysis = run_sweep(sweep, runs_root=args.runs, dashboards=None if args.no_dashboards else args.dashboards,
+    analysis = run_sweep(sweep, runs_root=Path(args.runs).expanduser(), dashboards=None if args.no_dashboards else args.dashboards,
                          address=args.address, progress_every_s=args.progress_every)
     if analysis is None:
         raise SystemExit(130)
 
 
-def _dry_run(sweep) -> None:
-    from isosweep import config as C
-    from isosweep.sweep import resources_of
+def _dry_run(sweep, cluster: str | None = None) -> None:
+    from isosweep.plan import plan
 
-    print(f"sweep {sweep.sweep_id}: {sweep.spec.study} study from {sweep.path}, C = {sweep.budget:,} rollouts per trial")
-    print(f"{'trial':<14} {'n':>4} {'Bp':>5} {'M':>7} {'lr':>9} {'evals':>5}  {'engine':<6} {'profile':<10} resources")
-    for point in sweep.trials:
-        cfg = point.cfg
-        print(f"{point.key:<14} {cfg.n:>4} {cfg.Bp:>5} {C.steps(cfg):>7} {C.learning_rate(cfg):>9.2e} "
-              f"{len(C.eval_steps(cfg)):>5}  {cfg.rollout.engine:<6} {cfg.profile:<10} {resources_of(cfg)}")
-    print(f"{len(sweep.trials)} trials, {sum(C.steps(p.cfg) * p.cfg.Bp * p.cfg.n for p in sweep.trials):,} rollouts in all")
+    print(plan(sweep, cluster))
 
 
 def _frontier(args: argparse.Namespace) -> None:
@@ -93,6 +87,43 @@ def _frontier(args: argparse.Namespace) -> None:
 
     uri = tracking.ensure_server()
     frontier_report(uri, args.sweep_id, args.out, dashboards=args.dashboards, prefix=True, runs_root=args.runs)
+
+
+def _submit(args: argparse.Namespace) -> None:
+    import socket
+    import subprocess
+    import time
+
+    from isosweep.submit import how_to_follow, ray_cli, submit
+    from isosweep.sweepspec import load_sweep
+
+    sweep = load_sweep(args.spec, args.budget)  # a bad file or budget stops here, before any upload
+    env = dict(pair.split("=", 1) for pair in args.env)
+    tunnel = None
+    address = args.address
+    if address is None:
+        if not args.cluster:
+            raise ConfigError("submit needs --cluster clusters/<x>.yaml (a cluster started with `ray up`) or --address")
+        # `ray dashboard` forwards the head's dashboard (127.0.0.1 there) to 127.0.0.1:8265 here over SSH
+        tunnel = subprocess.Popen([ray_cli(), "dashboard", "--port", "8265", args.cluster],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        address = "http://127.0.0.1:8265"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", 8265)) == 0:
+                    break
+            time.sleep(1)
+        else:
+            tunnel.terminate()
+            raise RuntimeError(f"no SSH tunnel to the dashboard of {args.cluster} after 120 s: is the cluster up (make cluster-up)?")
+    try:
+        print(f"[submit] {sweep.sweep_id}: {len(sweep.trials)} trials at C = {sweep.budget:,} rollouts, to {address}")
+        job = submit(address, args.spec, args.budget, runs=args.runs, env=env, wait=args.wait)
+        print(how_to_follow(address, job, args.cluster))
+    finally:
+        if tunnel is not None:
+            tunnel.terminate()
 
 
 def _ui(args: argparse.Namespace) -> None:
@@ -152,7 +183,9 @@ def main(argv: list[str] | None = None) -> int:
                        help="the HTML report and plots go to DASHBOARDS/<sweep name>/ (default: dashboards)")
     sweep.add_argument("--no-dashboards", action="store_true", help="write the report only to the run folder and MLflow")
     sweep.add_argument("--address", default=None, help="Ray cluster to join (e.g. 'auto'); default: a local Ray")
-    sweep.add_argument("--dry-run", action="store_true", help="print the trials and their resources; start nothing")
+    sweep.add_argument("--dry-run", action="store_true",
+                       help="print the trials, resources per trial, expected GPU-hours and concurrency; start nothing")
+    sweep.add_argument("--cluster", default=None, help="with --dry-run: the cluster YAML to plan concurrency for")
     sweep.add_argument("--progress-every", type=float, default=30.0, help="seconds between progress lines (default: 30)")
     sweep.set_defaults(run=_sweep)
 
@@ -166,6 +199,18 @@ def main(argv: list[str] | None = None) -> int:
     ui = commands.add_parser("ui", help="start the local MLflow server (or --stop it) and print its URL")
     ui.add_argument("--stop", action="store_true", help="stop the local server started by isosweep")
     ui.set_defaults(run=_ui)
+
+    sub = commands.add_parser("submit", help="submit a sweep to a Ray cluster as a Ray job (ray job submit)")
+    sub.add_argument("spec", help="sweep YAML, e.g. sweeps/isocompute-easy.yaml")
+    sub.add_argument("--budget", default=None, help="C, rollouts per trial; default: the file's budget")
+    sub.add_argument("--cluster", default=None, help="cluster YAML started with `ray up` (tunnels to its dashboard)")
+    sub.add_argument("--address", default=None, help="Ray dashboard address instead, e.g. http://127.0.0.1:8265")
+    sub.add_argument("--runs", default="~/isosweep/runs/sweeps",
+                     help="where trial directories go on the cluster; a multi-node cluster needs shared storage here "
+                          "(EFS, Filestore, NFS) so that a re-submitted sweep finds every trial's checkpoints")
+    sub.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment variable for the job")
+    sub.add_argument("--wait", action="store_true", help="follow the job's logs until it ends")
+    sub.set_defaults(run=_submit)
 
     args = parser.parse_args(argv)
     try:

@@ -191,7 +191,8 @@ class RolloutPool:
 
     @staticmethod
     def spawn(names: list[str], model_path: str, max_new_tokens: int, temperature: float, precision: str,
-              seed: int, cpus: float, gpus: float, weight_sync: WeightSyncMode = "shm") -> RolloutPool:
+              seed: int, cpus: float, gpus: float, weight_sync: WeightSyncMode = "shm",
+              engine_kwargs: dict | None = None) -> RolloutPool:
         """Start one named actor per name (outside the caller's placement group). With
         ``weight_sync="nccl"`` the calling process then joins the actors' weight-transfer group as its
         sender, on its current CUDA device: call it from the process that publishes the weights."""
@@ -201,7 +202,7 @@ class RolloutPool:
 
         actors = [spawn_rollout_actor(model_path, max_new_tokens=max_new_tokens, temperature=temperature,
                                       precision=precision, seed=seed, num_cpus=cpus, num_gpus=gpus, name=name,
-                                      weight_sync=weight_sync)
+                                      weight_sync=weight_sync, engine_kwargs=engine_kwargs)
                   for name in names]
         ray.get([actor.__ray_ready__.remote() for actor in actors])  # engines up before anyone samples
         if weight_sync == "nccl":

@@ -63,6 +63,23 @@ class FrontierSpec(_Section):
     """Bootstrap refits per config for the confidence intervals (0: none)."""
 
 
+class EstimateSpec(_Section):
+    """What ``--dry-run`` needs to estimate GPU-hours: the model's size and how fast the hardware runs it.
+
+    FLOPs per rollout are taken as ``12 * params * tokens_per_rollout``: generation (2), the
+    trainer's and the reference model's log-prob passes (2 + 2) and the training step (6).
+    """
+
+    params: float = Field(gt=0)
+    """Parameters of the policy."""
+    tokens_per_rollout: float = Field(gt=0)
+    """Prompt + completion tokens of an average rollout."""
+    flops_per_gpu: float = Field(9.89e14, gt=0)
+    """Peak dense bf16 FLOP/s of one GPU (H200: 9.89e14)."""
+    utilisation: float = Field(0.25, gt=0, le=1)
+    """Share of the peak a trial achieves on average."""
+
+
 class SweepSpec(_Section):
     """One study: a base trial, a grid over it and the budget every trial gets."""
 
@@ -81,6 +98,8 @@ class SweepSpec(_Section):
     set: dict[str, Any] = {}
     """Trial keys set for every grid point (dotted, as with ``isosweep trial --set``)."""
     frontier: FrontierSpec = FrontierSpec()
+    estimate: EstimateSpec | None = None
+    """Optional cost model for ``--dry-run`` on GPU profiles."""
 
     @field_validator("name")
     @classmethod

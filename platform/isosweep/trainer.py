@@ -38,13 +38,20 @@ def init_distributed(backend: str) -> tuple[int, int]:
 
 
 def deepspeed_config(cfg: TrialConfig, gpu: bool) -> dict:
-    """The DeepSpeed config of one trial: one micro-batch per step, ZeRO stage, clipping, precision."""
+    """The DeepSpeed config of one trial: one micro-batch per step, ZeRO stage, clipping, precision.
+
+    The ZeRO stage and bf16 come from the hardware profile where it fixes them (a GPU profile's
+    trainer memory was sized for its stage), else from the trial; bf16 only ever on a GPU.
+    """
+    from isosweep.profiles import deepspeed_overrides, get_profile
+
+    decided = deepspeed_overrides(get_profile(cfg.profile), cfg.trainer.zero_stage)
     return {
         "train_micro_batch_size_per_gpu": 1,
         "gradient_accumulation_steps": 1,
         "gradient_clipping": cfg.algorithm.grad_clip,
-        "zero_optimization": {"stage": cfg.trainer.zero_stage},
-        "bf16": {"enabled": gpu},
+        "zero_optimization": decided["zero_optimization"],
+        "bf16": {"enabled": gpu and decided["bf16"]["enabled"]},
         "steps_per_print": 2**31 - 1,
         "wall_clock_breakdown": False,
     }

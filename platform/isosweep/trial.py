@@ -45,6 +45,7 @@ from isosweep.estimators import summarize
 from isosweep.grpo import entropy_from_logits, group_advantages, grpo_loss, k3_kl, token_logprobs
 from isosweep.models import PROBE_FILE, resolve_model
 from isosweep.problemsets import probe_pass_rates, select
+from isosweep.profiles import vllm_engine_args
 from isosweep.rollout import HFEngine, RolloutEngine, RolloutPool, Rollouts
 from isosweep.trainer import gathered_state_dict, init_distributed, load_state, make_trainer, save_state
 from isosweep.tasks import Problem, get_task
@@ -155,7 +156,8 @@ def make_engine(cfg: TrialConfig, model_path: str, tokenizer, rank: int, run_id:
     if rank == 0:
         pool = RolloutPool.spawn(names, model_path, cfg.rollout.max_new_tokens, cfg.rollout.temperature,
                                  cfg.rollout.precision, cfg.seed, profile.rollout.CPU, profile.rollout.GPU,
-                                 weight_sync=profile.weight_sync)
+                                 weight_sync=profile.weight_sync,
+                                 engine_kwargs=vllm_engine_args(profile, cfg.rollout.precision))
     if dist.get_world_size() > 1:
         dist.barrier()
     return pool or RolloutPool.attach(names), True

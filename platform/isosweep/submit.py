@@ -1,0 +1,83 @@
+"""Submit a sweep to a running Ray cluster as a Ray job: ``ray job submit`` with this checkout as its working dir.
+
+    make submit CLUSTER=clusters/aws-h200.yaml SWEEP=sweeps/isocompute-easy.yaml BUDGET=1e5
+      -> ray dashboard clusters/aws-h200.yaml      (SSH tunnel: 127.0.0.1:8265 -> the head's dashboard)
+      -> isosweep submit --address http://127.0.0.1:8265 sweeps/... --budget 1e5
+      -> ray job submit --working-dir . --runtime-env-json {...} --no-wait -- <entrypoint>
+
+The job's entrypoint is the same ``isosweep sweep`` a laptop runs, with ``--address auto``
+(join the cluster it runs on) and ``PYTHONPATH=platform`` so that the uploaded copy of the code
+runs, not whatever version the nodes have installed. The sweep driver runs on the head; its
+trials are placed by Ray on the GPU workers. On a cluster, MLflow is the head's tracking server:
+the cluster YAMLs set ``MLFLOW_TRACKING_URI`` on every node.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+EXCLUDES = [".venv", ".git", ".cache", ".mlflow", "runs", "bench/*.json", "**/__pycache__", ".pytest_cache",
+            ".whl"]
+"""What the upload of the working directory leaves out: environments, caches and local results."""
+
+
+def entrypoint(spec: str, budget: str | None, runs: str, extra: list[str] | None = None) -> str:
+    """The shell command the Ray job runs on the head node."""
+    args = ["sweep", spec, "--address", "auto", "--runs", runs, "--no-dashboards"]
+    if budget:
+        args += ["--budget", str(budget)]
+    args += extra or []
+    return "PYTHONPATH=platform${PYTHONPATH:+:$PYTHONPATH} python -m isosweep.cli " + " ".join(shlex.quote(a) for a in args)
+
+
+def ray_cli() -> str:
+    candidate = Path(sys.executable).with_name("ray")
+    return str(candidate) if candidate.exists() else "ray"
+
+
+def submit(address: str, spec: str, budget: str | None = None, runs: str = "runs/sweeps",
+           env: dict[str, str] | None = None, wait: bool = False, working_dir: str | Path = ".",
+           extra: list[str] | None = None) -> str:
+    """Submit the sweep ``spec`` to the Ray cluster whose dashboard is at ``address``; returns the job id.
+
+    ``env`` adds environment variables for the job (e.g. ``MLFLOW_TRACKING_URI``). With ``wait``
+    the call follows the job's logs until it ends and raises if it failed.
+    """
+    runtime_env = {"excludes": EXCLUDES, "env_vars": dict(env or {})}
+    command = [ray_cli(), "job", "submit", "--address", address, "--working-dir", str(working_dir),
+               "--runtime-env-json", json.dumps(runtime_env), "--no-wait", "--", entrypoint(spec, budget, runs, extra)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"ray job submit failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    found = re.search(r"raysubmit_\w+", done.stdout + done.stderr)
+    if not found:
+        raise RuntimeError(f"ray job submit printed no job id:\n{done.stdout}\n{done.stderr}")
+    job = found.group(0)
+    if wait:
+        subprocess.run([ray_cli(), "job", "logs", "--address", address, "--follow", job])
+        status = job_status(address, job)
+        if status != "SUCCEEDED":
+            raise RuntimeError(f"job {job} ended {status}; see `ray job logs --address {address} {job}`")
+    return job
+
+
+def job_status(address: str, job: str) -> str:
+    done = subprocess.run([ray_cli(), "job", "status", "--address", address, job], capture_output=True, text=True)
+    found = re.search(r"(PENDING|RUNNING|STOPPED|SUCCEEDED|FAILED)", done.stdout + done.stderr)
+    return found.group(1) if found else "UNKNOWN"
+
+
+def how_to_follow(address: str, job: str, cluster: str | None) -> str:
+    mlflow = (f"ray attach {cluster} --port-forward 5000 is not enough where MLflow binds the head's private "
+              f"IP: ssh -L 5000:<head private ip>:5000 <head> (see clusters/README.md), then http://127.0.0.1:5000"
+              if cluster else "the MLflow server the job logs to (MLFLOW_TRACKING_URI)")
+    return (f"[submit] job {job} submitted to {address}\n"
+            f"[submit] follow it:  ray job logs --address {address} --follow {job}\n"
+            f"[submit] status:     ray job status --address {address} {job}\n"
+            f"[submit] stop it:    ray job stop --address {address} {job}   (re-submitting resumes the sweep)\n"
+            f"[submit] MLflow:     {mlflow}")
