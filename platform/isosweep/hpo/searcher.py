@@ -1,0 +1,506 @@
+"""Ray Tune searchers for JF-HPO and its baselines, sharing one study-budget harness.
+
+``JFHPOSearcher`` models the objective over (hyperparameters, model size, budget) with BoTorch's
+``SingleTaskMultiFidelityGP`` (size = data fidelity, budget = iteration fidelity, both 1 at the
+target) and proposes the point maximising
+
+    EI(x at its own fidelity; incumbent = best posterior mean at the target fidelity) / cost(x)
+
+with ``cost(x) = c0 + c1 * s * b`` (compute is proportional to parameters x rollouts; ``c0`` is
+the fixed per-trial overhead: start-up, model load, evaluation). The constants are fitted by
+least squares from the measured wall seconds of finished trials. Dividing by cost is what makes
+a cheap low-fidelity trial worth proposing: it buys less expected improvement, but per second.
+The incumbent is taken *at the target* because only the target's performance is what we want to
+improve; a low-fidelity observation helps only through what the GP learns from it about the target.
+
+Numerics: the acquisition is computed as ``log EI - log cost`` (BoTorch's ``LogExpectedImprovement``,
+or ``qLogExpectedImprovement`` with the pending trials as ``X_pending`` when Tune runs trials
+concurrently). The log is monotone, so the argmax is exactly that of EI / cost, but LogEI keeps
+useful gradients where EI underflows to 0, which plain EI does over most of the cube.
+
+The size dimension is discrete (the model family's ladder): the acquisition is optimised for each
+rung separately with ``optimize_acqf_mixed`` and the best rung wins. The budget is continuous in
+the optimiser and snapped to a ``budget_step`` multiple afterwards.
+
+``RandomSearcher`` (uniform hyperparameters, target fidelity) uses the same accounting, so a
+baseline study gets exactly the same study budget. ``asha_scheduler`` builds the ASHA baseline.
+
+Determinism: every random choice derives from the searcher's seed and its NumPy generator, whose
+state is saved with the observations, so a restored searcher makes the same next suggestion.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import torch
+from botorch.acquisition import AcquisitionFunction, LogExpectedImprovement, qLogExpectedImprovement
+from botorch.sampling import SobolQMCNormalSampler
+from ray.tune.search import Searcher
+
+from isosweep.hpo.space import SearchSpace
+
+CostFn = Callable[[Mapping[str, Any], Mapping[str, Any]], float]
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One measured point: ``x`` (unit cube, fidelities included, at the fidelity actually reached),
+    ``y`` (objective to *maximise*: the metric, negated for ``mode="min"``), the measured wall
+    seconds (``None`` if the result had none) and the cost charged to the study budget."""
+
+    trial_id: str
+    x: tuple[float, ...]
+    y: float
+    seconds: float | None
+    cost: float
+    final: bool = True
+
+
+def fit_cost_model(sb: np.ndarray | list[float], seconds: np.ndarray | list[float],
+                   prior: tuple[float, float] = (0.1, 1.0), min_fixed: float = 0.01) -> tuple[float, float]:
+    """Least-squares ``(c0, c1)`` of ``seconds ~ c0 + c1 * sb`` with both constants non-negative.
+
+    Falls back to ``prior`` with fewer than two measurements, when all measurements sit at the same
+    ``s * b`` (the slope is then unidentifiable), or when the fit has no positive slope. ``c0`` is
+    floored at ``min_fixed * c1``: a zero fixed cost would make the smallest trial look free and
+    the acquisition would divide by ~0.
+    """
+    from scipy.optimize import nnls
+
+    sb = np.asarray(sb, dtype=float)
+    seconds = np.asarray(seconds, dtype=float)
+    keep = np.isfinite(sb) & np.isfinite(seconds)
+    sb, seconds = sb[keep], seconds[keep]
+    if len(sb) < 2 or np.ptp(sb) <= 1e-12 * max(1.0, float(np.max(np.abs(sb)))):
+        c0, c1 = prior
+    else:
+        (c0, c1), _ = nnls(np.stack([np.ones_like(sb), sb], axis=1), seconds)
+        if c1 <= 0:
+            c0, c1 = prior
+    return max(float(c0), min_fixed * float(c1)), float(c1)
+
+
+class CostAwareLogEI(AcquisitionFunction):
+    """``log EI(x) - log(c0 + c1 * s * b)``: the log of expected improvement per unit cost.
+
+    EI is measured at x's own fidelity against ``best_f``, the best posterior mean at the target
+    fidelity. With ``X_pending`` it is the MC batch EI of ``[x, pending...]`` jointly
+    (``qLogExpectedImprovement``), which credits x only with improvement the pending trials are
+    not already expected to deliver. Takes ``batch x 1 x d`` inputs (one candidate per t-batch).
+    """
+
+    def __init__(self, model, best_f: float, *, c0: float, c1: float, idx_s: int, idx_b: int,
+                 X_pending: torch.Tensor | None = None, mc_samples: int = 128, seed: int = 0) -> None:
+        super().__init__(model)
+        self.c0, self.c1, self.idx_s, self.idx_b = float(c0), float(c1), idx_s, idx_b
+        if X_pending is None:
+            self.ei = LogExpectedImprovement(model, best_f=best_f)
+        else:
+            sampler = SobolQMCNormalSampler(sample_shape=torch.Size([mc_samples]), seed=seed)
+            self.ei = qLogExpectedImprovement(model, best_f=best_f, sampler=sampler, X_pending=X_pending)
+
+    def cost(self, X: torch.Tensor) -> torch.Tensor:
+        return self.c0 + self.c1 * X[..., 0, self.idx_s] * X[..., 0, self.idx_b]
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        return self.ei(X) - self.cost(X).log()
+
+
+def _is_hyperparameter(name: str) -> bool:
+    """State-dict entries that are GP hyperparameters (not data-derived buffers such as the
+    outcome transform's means, which are recomputed from the training data)."""
+    return "outcome_transform" not in name and "input_transform" not in name
+
+
+class _StudySearcher(Searcher):
+    """Bookkeeping shared by JF-HPO and the random baseline: live trials, observations, the study
+    budget and save/restore. Subclasses implement ``_propose() -> unit vector``."""
+
+    def __init__(self, space: SearchSpace, metric: str | None = None, mode: str | None = "max", *,
+                 study_budget: float | None = None, cost_fn: CostFn | None = None,
+                 time_attr: str = "time_total_s", progress_key: str | None = "rollouts",
+                 max_trials: int | None = None, seed: int = 0) -> None:
+        super().__init__(metric=metric, mode=mode)
+        self.space = space
+        self.study_budget = study_budget
+        self.cost_fn = cost_fn
+        self.time_attr = time_attr
+        self.progress_key = progress_key
+        self.max_trials = max_trials
+        self.seed = int(seed)
+        self._rng = np.random.default_rng(self.seed)
+        self.observations: list[Observation] = []
+        self._live: dict[str, dict[str, Any]] = {}
+        self.spent = 0.0
+        self.n_suggested = 0
+        self.cost_prior: tuple[float, float] = (0.1, 1.0)
+
+    # -- Tune interface ---------------------------------------------------------------------
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
+        """The space comes from the constructor; Tune may still supply metric and mode."""
+        if metric and self._metric and metric != self._metric:
+            return False
+        if mode and self._mode and mode != self._mode:
+            return False
+        self._metric = self._metric or metric
+        self._mode = self._mode or mode
+        return True
+
+    @property
+    def budget_spent(self) -> bool:
+        return self.study_budget is not None and self.spent >= self.study_budget
+
+    def suggest(self, trial_id: str) -> dict | str | None:
+        if self.budget_spent or (self.max_trials is not None and self.n_suggested >= self.max_trials):
+            return Searcher.FINISHED
+        x = self._propose()
+        config = self.space.from_unit(x)
+        self._live[trial_id] = {"config": config, "x": tuple(self.space.to_unit(config)), "last": None,
+                                "marks": 0}
+        self.n_suggested += 1
+        return dict(config)
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        live = self._live.get(trial_id)
+        if live is not None:
+            live["last"] = dict(result)
+            self._on_intermediate(trial_id, live, result)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        """Charge the trial's cost and record its final value (an errored trial is charged but,
+        unless it reported a metric on the way, not observed)."""
+        live = self._live.pop(trial_id, None)
+        if live is None:
+            return
+        result = dict(result) if result else (live["last"] or {})
+        seconds = result.get(self.time_attr)
+        seconds = float(seconds) if seconds is not None and math.isfinite(float(seconds)) else None
+        cost = self._charge(live["config"], result, seconds)
+        self.spent += cost
+        y = self._objective(result)
+        if y is not None:
+            self.observations.append(Observation(trial_id, self._reached(live, result), y, seconds, cost))
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _objective(self, result: Mapping[str, Any]) -> float | None:
+        if not self._metric or result.get(self._metric) is None:
+            return None
+        value = float(result[self._metric])
+        if not math.isfinite(value):
+            return None
+        return -value if self._mode == "min" else value
+
+    def _reached(self, live: Mapping[str, Any], result: Mapping[str, Any]) -> tuple[float, ...]:
+        """``x`` at the fidelity the trial actually reached: an early-stopped trial is an
+        observation at its reached budget, not at the budget it was given."""
+        x = list(live["x"])
+        if self.progress_key and result.get(self.progress_key) is not None:
+            done = float(result[self.progress_key])
+            if done > 0:
+                x[self.space.idx_b] = min(x[self.space.idx_b], self.space.budget_fidelity(done))
+        return tuple(x)
+
+    def _charge(self, config: Mapping[str, Any], result: Mapping[str, Any], seconds: float | None) -> float:
+        if self.cost_fn is not None:
+            return float(self.cost_fn(config, result))
+        if seconds is not None:
+            return seconds
+        x = self.space.to_unit(config)
+        c0, c1 = self.cost_constants()
+        return c0 + c1 * x[self.space.idx_s] * x[self.space.idx_b]
+
+    def cost_constants(self) -> tuple[float, float]:
+        """``(c0, c1)`` of the cost model ``c0 + c1 * s * b``, fitted from the measured seconds."""
+        measured = [(o.x[self.space.idx_s] * o.x[self.space.idx_b], o.seconds) for o in self.observations
+                    if o.final and o.seconds is not None]
+        return fit_cost_model([m[0] for m in measured], [m[1] for m in measured], prior=self.cost_prior)
+
+    def _on_intermediate(self, trial_id: str, live: dict[str, Any], result: Mapping[str, Any]) -> None:
+        return None
+
+    def _propose(self) -> list[float]:
+        raise NotImplementedError
+
+    def _uniform_hparams(self) -> list[float]:
+        return list(self._rng.random(len(self.space.params)))
+
+    def best_observed(self, at_target: bool = True) -> Observation | None:
+        """The best observation (at the target fidelity if any is there and ``at_target``)."""
+        pool = self.observations
+        if at_target:
+            target = [o for o in pool if o.x[self.space.idx_s] >= 1 - 1e-9 and o.x[self.space.idx_b] >= 1 - 1e-9]
+            pool = target or pool
+        return max(pool, key=lambda o: o.y, default=None)
+
+    def recommend(self) -> dict[str, Any] | None:
+        """Config (at the target fidelity) believed best; the baseline's belief is its best target observation."""
+        best = self.best_observed()
+        return None if best is None else self.space.at_target(self.space.from_unit(best.x))
+
+    # -- persistence ------------------------------------------------------------------------
+    _STATE = ("observations", "_live", "spent", "n_suggested", "seed", "study_budget", "max_trials", "_metric",
+              "_mode")
+
+    def get_state(self) -> dict:
+        state = {name: getattr(self, name) for name in self._STATE}
+        state["rng"] = self._rng.bit_generator.state
+        state["space"] = self.space
+        return state
+
+    def set_state(self, state: dict) -> None:
+        state = dict(state)
+        self._rng = np.random.default_rng()
+        self._rng.bit_generator.state = state.pop("rng")
+        self.space = state.pop("space")
+        for name, value in state.items():
+            setattr(self, name, value)
+        self._invalidate()
+
+    def _invalidate(self) -> None:
+        return None
+
+    def save(self, checkpoint_path: str) -> None:
+        """Pickle observations, live trials, spent budget and RNG state (not the fitted GP: it is
+        refitted deterministically from the observations)."""
+        with open(checkpoint_path, "wb") as f:
+            pickle.dump(self.get_state(), f)
+
+    def restore(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "rb") as f:
+            self.set_state(pickle.load(f))
+
+
+class RandomSearcher(_StudySearcher):
+    """Random-search baseline: hyperparameters uniform on the unit cube (so log-uniform for log
+    parameters), run at the target fidelity unless ``fidelity`` names another ``(size, budget)``."""
+
+    def __init__(self, space: SearchSpace, metric: str | None = None, mode: str | None = "max", *,
+                 fidelity: tuple[str, int] | None = None, **kwargs: Any) -> None:
+        super().__init__(space, metric, mode, **kwargs)
+        size, budget = fidelity if fidelity is not None else (space.target, space.budget_max)
+        self._fid = (space.size_fidelity(size), space.budget_fidelity(space.snap_budget(budget)))
+
+    def _propose(self) -> list[float]:
+        return [*self._uniform_hparams(), *self._fid]
+
+
+def asha_scheduler(space: SearchSpace, metric: str | None = None, mode: str | None = None, *,
+                   time_attr: str = "rollouts", reduction_factor: float = 3):
+    """ASHA baseline over the same budget range: trials advance in rungs of ``time_attr``
+    (rollouts) from ``grace_period = budget_min`` to ``max_t = budget_max``, keeping the top
+    1/``reduction_factor`` at each rung. Pair it with ``RandomSearcher`` (or Tune's default
+    random search over the same ranges) at the target size; ASHA supplies the iteration
+    fidelity itself, so every trial is started with ``budget = budget_max``."""
+    from ray.tune.schedulers import ASHAScheduler
+
+    return ASHAScheduler(time_attr=time_attr, metric=metric, mode=mode, max_t=space.budget_max,
+                         grace_period=space.budget_min, reduction_factor=reduction_factor)
+
+
+class JFHPOSearcher(_StudySearcher):
+    """Joint-fidelity Bayesian HPO: multi-fidelity GP + cost-aware EI, as a Ray Tune searcher.
+
+    ``JFHPOSearcher(space, metric, mode="max", study_budget=..., cost_fn=...)``.
+
+    - ``n_init`` first suggestions are a scrambled Sobol design over the hyperparameters at low
+      fidelity (sizes below the target, in turn; budgets in the lower half of the range), so the
+      GP starts from cheap points that still vary in both fidelities.
+    - Then each suggestion maximises ``log EI - log cost`` (see the module docstring); trials
+      still running are ``X_pending`` of a ``qLogExpectedImprovement`` so concurrent
+      suggestions differ.
+    - ``study_budget`` (in the units of ``cost_fn``, default: measured ``time_attr`` seconds):
+      ``suggest`` returns ``Searcher.FINISHED`` once the completed trials' cost reaches it.
+    - ``intermediate=k`` also records up to ``k`` intermediate reports per trial as lower-budget
+      observations (at evenly spaced fractions of its budget).
+    - ``num_restarts``/``raw_samples`` size the acquisition optimisation per size rung.
+    """
+
+    def __init__(self, space: SearchSpace, metric: str | None = None, mode: str | None = "max", *,
+                 n_init: int | None = None, num_restarts: int = 4, raw_samples: int = 128,
+                 mc_samples: int = 128, intermediate: int = 0, cost_prior: tuple[float, float] = (0.1, 1.0),
+                 optimize_incumbent: bool = False, fit_maxiter: int = 200, acq_maxiter: int = 100,
+                 **kwargs: Any) -> None:
+        super().__init__(space, metric, mode, **kwargs)
+        self.n_init = max(2, n_init if n_init is not None else len(space.params) + 2)
+        self.num_restarts, self.raw_samples, self.mc_samples = num_restarts, raw_samples, mc_samples
+        self.intermediate = intermediate
+        self.cost_prior = cost_prior
+        self.optimize_incumbent = optimize_incumbent
+        self._init_design = self._make_init_design()
+        self.fit_maxiter, self.acq_maxiter = fit_maxiter, acq_maxiter
+        self._model_cache: tuple[int, Any] | None = None
+        self._hyper: dict[str, torch.Tensor] | None = None
+        self._hyper_start: dict[str, torch.Tensor] | None = None
+        self._hyper_n = -1
+
+    _STATE = (*_StudySearcher._STATE, "n_init", "_init_design", "cost_prior", "_hyper", "_hyper_start",
+              "_hyper_n")
+
+    def _invalidate(self) -> None:
+        self._model_cache = None
+
+    # -- initial design ---------------------------------------------------------------------
+    def _make_init_design(self) -> list[list[float]]:
+        from torch.quasirandom import SobolEngine
+
+        n = len(self.space.params)
+        sobol = SobolEngine(n + 1, scramble=True, seed=self.seed).draw(self.n_init, dtype=torch.double).tolist()
+        low = [s for s in self.space.size_fidelities if s < 1] or [1.0]
+        b_min = self.space.b_min
+        design = []
+        for i, u in enumerate(sobol):
+            b = b_min + u[n] * (1 - b_min) / 2
+            design.append([*u[:n], low[i % len(low)], b])
+        return design
+
+    # -- intermediate observations ----------------------------------------------------------
+    def _on_intermediate(self, trial_id: str, live: dict[str, Any], result: Mapping[str, Any]) -> None:
+        if not self.intermediate or not self.progress_key or result.get(self.progress_key) is None:
+            return
+        y = self._objective(result)
+        if y is None:
+            return
+        budget = live["config"][self.space.budget_key]
+        done = float(result[self.progress_key])
+        mark = live["marks"]
+        if mark < self.intermediate and done >= budget * (mark + 1) / (self.intermediate + 1) and done < budget:
+            x = list(live["x"])
+            x[self.space.idx_b] = self.space.budget_fidelity(done)
+            self.observations.append(Observation(trial_id, tuple(x), y, None, 0.0, final=False))
+            live["marks"] = int(done * (self.intermediate + 1) // budget)
+            self._model_cache = None
+
+    # -- model ------------------------------------------------------------------------------
+    def _torch_seed(self, salt: int) -> int:
+        return (self.seed * 1_000_003 + salt) % (2**31 - 1)
+
+    def model(self):
+        """The multi-fidelity GP fitted to all observations (cached per observation count).
+
+        Fitting is seeded from the searcher's seed and the number of observations, so the same
+        observations always give the same model, in this process or after a restore."""
+        from botorch.fit import fit_gpytorch_mll
+        from botorch.models import SingleTaskMultiFidelityGP
+        from gpytorch.mlls import ExactMarginalLogLikelihood
+
+        n = len(self.observations)
+        if n < 2:
+            return None
+        if self._model_cache is not None and self._model_cache[0] == n:
+            return self._model_cache[1]
+        X = torch.tensor([o.x for o in self.observations], dtype=torch.double)
+        Y = torch.tensor([[o.y] for o in self.observations], dtype=torch.double)
+        with torch.random.fork_rng():
+            torch.manual_seed(self._torch_seed(n))
+            gp = SingleTaskMultiFidelityGP(X, Y, data_fidelities=[self.space.idx_s],
+                                           iteration_fidelity=self.space.idx_b)
+            # Warm start from the previous fit: one more point rarely moves the optimum far, and a
+            # capped L-BFGS run from there is several times cheaper than a cold one. Refitting the
+            # same n (after a restore) starts from the same point as the first time.
+            start = self._hyper_start if self._hyper_n == n else self._hyper
+            if start is not None:
+                gp.load_state_dict(start, strict=False)
+            mll = ExactMarginalLogLikelihood(gp.likelihood, gp)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    fit_gpytorch_mll(mll, optimizer_kwargs={"options": {"maxiter": self.fit_maxiter}})
+                except Exception:  # noqa: BLE001 - a GP at its prior/previous hyperparameters is still usable
+                    pass
+        gp.eval()
+        self._hyper = {k: v.detach().clone() for k, v in gp.state_dict().items() if _is_hyperparameter(k)}
+        self._hyper_start, self._hyper_n = start, n
+        self._model_cache = (n, gp)
+        return gp
+
+    def _bounds(self):
+
+        n = len(self.space.params)
+        lower = [0.0] * n + [min(self.space.size_fidelities), self.space.b_min]
+        return torch.tensor([lower, [1.0] * (n + 2)], dtype=torch.double)
+
+    def target_incumbent(self, model=None) -> tuple[float, list[float]]:
+        """``(value, hparams_unit)``: the best GP posterior mean at the target fidelity over the
+        observed hyperparameters (optionally refined by optimising the posterior mean with the
+        fidelity columns fixed at the target)."""
+        from botorch.acquisition import PosteriorMean
+        from botorch.acquisition.fixed_feature import FixedFeatureAcquisitionFunction
+        from botorch.acquisition.utils import project_to_target_fidelity
+        from botorch.optim import optimize_acqf
+
+        model = model if model is not None else self.model()
+        d = self.space.dim
+        X = torch.tensor([o.x for o in self.observations], dtype=torch.double)
+        mean = PosteriorMean(model)
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            values = mean(project_to_target_fidelity(X, self.space.target_fidelities, d).unsqueeze(1))
+        i = int(values.argmax())
+        best_value, best_h = float(values[i]), X[i, :len(self.space.params)].tolist()
+        if self.optimize_incumbent:
+            fixed = FixedFeatureAcquisitionFunction(mean, d=d, columns=[self.space.idx_s, self.space.idx_b],
+                                                    values=[1.0, 1.0])
+            n = len(self.space.params)
+            bounds = torch.tensor([[0.0] * n, [1.0] * n], dtype=torch.double)
+            with torch.random.fork_rng(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                torch.manual_seed(self._torch_seed(len(self.observations) + 7919))
+                cand, val = optimize_acqf(fixed, bounds=bounds, q=1, num_restarts=self.num_restarts,
+                                          raw_samples=self.raw_samples,
+                                          batch_initial_conditions=None)
+            if float(val) > best_value:
+                best_value, best_h = float(val), cand.squeeze(0).tolist()
+        return best_value, best_h
+
+    def acquisition(self, model=None, X_pending=None):
+        """``log EI(x; incumbent at target) - log cost(x)`` as a BoTorch acquisition function."""
+        model = model if model is not None else self.model()
+        best_f, _ = self.target_incumbent(model)
+        c0, c1 = self.cost_constants()
+        return CostAwareLogEI(model, best_f, c0=c0, c1=c1, idx_s=self.space.idx_s, idx_b=self.space.idx_b,
+                              X_pending=X_pending, mc_samples=self.mc_samples,
+                              seed=self._torch_seed(len(self.observations) + 104729))
+
+    # -- proposal ---------------------------------------------------------------------------
+    def _propose(self) -> list[float]:
+        i = self.n_suggested
+        if i < self.n_init:
+            return list(self._init_design[i])
+        if len(self.observations) < 2:
+            # Still waiting for the design's results: more random low-fidelity points.
+            low = [s for s in self.space.size_fidelities if s < 1] or [1.0]
+            b = self.space.b_min + float(self._rng.random()) * (1 - self.space.b_min) / 2
+            return [*self._uniform_hparams(), low[int(self._rng.integers(len(low)))], b]
+        from botorch.optim import optimize_acqf_mixed
+
+        model = self.model()
+        pending = [live["x"] for live in self._live.values()]
+        X_pending = torch.tensor(pending, dtype=torch.double) if pending else None
+        acq = self.acquisition(model, X_pending)
+        step_seed = int(self._rng.integers(2**31 - 1))
+        with torch.random.fork_rng(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.manual_seed(step_seed)
+            cand, _ = optimize_acqf_mixed(acq, bounds=self._bounds(), q=1, num_restarts=self.num_restarts,
+                                          raw_samples=self.raw_samples,
+                                          fixed_features_list=[{self.space.idx_s: s}
+                                                               for s in self.space.size_fidelities],
+                                          options={"maxiter": self.acq_maxiter})
+        return cand.squeeze(0).tolist()
+
+    def recommend(self) -> dict[str, Any] | None:
+        """Best config at the target fidelity by GP posterior mean (the best observation before a GP exists)."""
+        model = self.model()
+        if model is None:
+            return super().recommend()
+        _, h = self.target_incumbent(model)
+        return self.space.at_target(self.space.from_unit([*h, 1.0, 1.0]))
+
+
+__all__ = ["Observation", "fit_cost_model", "CostAwareLogEI", "JFHPOSearcher", "RandomSearcher", "asha_scheduler"]

@@ -1,0 +1,217 @@
+"""JFHPOSearcher / RandomSearcher: bookkeeping, cost model, acquisition, batches, save/restore."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import norm
+
+from isosweep.hpo.searcher import (CostAwareLogEI, JFHPOSearcher, RandomSearcher, asha_scheduler,
+                                   fit_cost_model)
+from isosweep.hpo.space import Param, SearchSpace
+
+SIZES = {"tiny-0.3m": 322880, "tiny-1m": 955776, "tiny-5m": 4830464}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+def space() -> SearchSpace:
+    return SearchSpace(params=(Param("lr", 1e-6, 1e-4, log=True), Param("clip_high", 0.1, 0.4)), sizes=SIZES,
+                       budget_min=1000, budget_max=10000, budget_step=500)
+
+
+def objective(x):
+    """A smooth toy objective: best at lr-unit 0.3, clip-unit 0.7; lower fidelities are biased down."""
+    return -(x[0] - 0.3) ** 2 - (x[1] - 0.7) ** 2 - 0.1 * (1 - x[2]) - 0.05 * (1 - x[3])
+
+
+def seconds(x):
+    return 2.0 + 30.0 * x[2] * x[3]
+
+
+def searcher(**kwargs) -> JFHPOSearcher:
+    kwargs = {"seed": 3, "n_init": 4, "num_restarts": 2, "raw_samples": 32, "acq_maxiter": 30, "fit_maxiter": 50,
+              "mc_samples": 32, **kwargs}
+    return JFHPOSearcher(space(), "score", "max", **kwargs)
+
+
+def run(s, n, prefix="t"):
+    for i in range(n):
+        config = s.suggest(f"{prefix}{i}")
+        x = s.space.to_unit(config)
+        s.on_trial_complete(f"{prefix}{i}", {"score": objective(x), "time_total_s": seconds(x)})
+
+
+# -- cost model ------------------------------------------------------------------------------
+
+def test_fit_cost_model_recovers_constants():
+    sb = np.array([0.01, 0.05, 0.2, 0.5, 1.0])
+    c0, c1 = fit_cost_model(sb, 2.0 + 30.0 * sb)
+    assert (c0, c1) == (pytest.approx(2.0), pytest.approx(30.0))
+
+
+@pytest.mark.parametrize("sb, secs", [([], []), ([0.3], [10.0]), ([0.3, 0.3], [10.0, 12.0]),
+                                      ([0.1, 0.9], [10.0, 5.0])])
+def test_fit_cost_model_falls_back_to_prior(sb, secs):
+    # too few points, no spread in s*b, or a non-positive slope: the slope is not identifiable
+    assert fit_cost_model(sb, secs, prior=(0.5, 2.0)) == (0.5, 2.0)
+
+
+def test_fit_cost_model_floors_fixed_cost():
+    c0, c1 = fit_cost_model([0.1, 1.0], [1.0, 10.0], min_fixed=0.01)
+    assert c1 == pytest.approx(10.0) and c0 == pytest.approx(0.1)
+
+
+def test_searcher_fits_cost_from_measured_seconds():
+    s = searcher()
+    assert s.cost_constants() == s.cost_prior
+    run(s, 4)
+    assert s.cost_constants() == (pytest.approx(2.0), pytest.approx(30.0))
+
+
+# -- bookkeeping -----------------------------------------------------------------------------
+
+def test_initial_design_is_low_fidelity_and_varied():
+    s = searcher(n_init=6)
+    configs = [s.suggest(f"t{i}") for i in range(6)]
+    assert all(c["model"] != "tiny-5m" for c in configs)
+    assert {c["model"] for c in configs} == {"tiny-0.3m", "tiny-1m"}
+    assert all(1000 <= c["budget"] <= 5500 and c["budget"] % 500 == 0 for c in configs)
+    assert len({round(c["lr"], 12) for c in configs}) == 6
+
+
+def test_observation_at_reached_fidelity_and_mode_min():
+    s = JFHPOSearcher(space(), "loss", "min", n_init=2)
+    config = s.suggest("a")
+    s.on_trial_complete("a", {"loss": 0.25, "time_total_s": 3.0, "rollouts": 1000})
+    obs = s.observations[0]
+    assert obs.y == -0.25 and obs.seconds == 3.0 and obs.cost == 3.0
+    assert obs.x[s.space.idx_b] == pytest.approx(min(config["budget"], 1000) / 10000)
+    # an errored trial without a metric is charged (by the cost model) but not observed
+    s.suggest("b")
+    s.on_trial_complete("b", None, error=True)
+    assert len(s.observations) == 1 and s.spent > 3.0
+
+
+def test_intermediate_results_become_lower_budget_observations():
+    s = JFHPOSearcher(space(), "score", "max", n_init=2, intermediate=2)
+    config = s.suggest("a")
+    budget = config["budget"]
+    for frac in (0.2, 0.4, 0.6, 0.8):
+        s.on_trial_result("a", {"score": frac, "rollouts": frac * budget})
+    # marks at 1/3 and 2/3 of the budget: the reports at 0.4 and 0.8 are recorded
+    assert [o.y for o in s.observations] == [0.4, 0.8]
+    assert all(not o.final for o in s.observations)
+    s.on_trial_complete("a", {"score": 1.0, "rollouts": budget, "time_total_s": 1.0})
+    assert s.observations[-1].final and s.observations[-1].x[s.space.idx_b] == pytest.approx(budget / 10000)
+
+
+def test_study_budget_finishes():
+    s = searcher(study_budget=25.0)
+    spent, i = 0.0, 0
+    while True:
+        config = s.suggest(f"t{i}")
+        if config == JFHPOSearcher.FINISHED:
+            break
+        assert spent < 25.0  # still suggesting only while budget remains
+        x = s.space.to_unit(config)
+        s.on_trial_complete(f"t{i}", {"score": objective(x), "time_total_s": seconds(x)})
+        spent += seconds(x)
+        i += 1
+    assert spent >= 25.0 and s.spent == pytest.approx(spent)
+
+
+def test_set_search_properties():
+    s = JFHPOSearcher(space(), None, None)
+    assert s.set_search_properties("score", "max", {})
+    assert (s.metric, s.mode) == ("score", "max")
+    assert not s.set_search_properties("other", "max", {})
+
+
+# -- model and acquisition --------------------------------------------------------------------
+
+def test_acquisition_is_log_ei_over_target_incumbent_minus_log_cost():
+    s = searcher()
+    run(s, 6)
+    model = s.model()
+    acq = s.acquisition(model)
+    assert isinstance(acq, CostAwareLogEI)
+    c0, c1 = s.cost_constants()
+    # reference incumbent: a plain loop over observations, each moved to s = b = 1
+    with torch.no_grad():
+        best = max(float(model.posterior(torch.tensor([[*o.x[:2], 1.0, 1.0]], dtype=torch.double)).mean)
+                   for o in s.observations)
+        X = torch.tensor([[0.3, 0.7, 0.198, 0.4], [0.9, 0.1, 1.0, 1.0], [0.5, 0.5, 0.0668, 0.1]],
+                         dtype=torch.double)
+        for x in X:
+            post = model.posterior(x.unsqueeze(0))
+            mu, sigma = float(post.mean), float(post.variance.sqrt())
+            z = (mu - best) / sigma
+            ei = sigma * (z * norm.cdf(z) + norm.pdf(z))
+            expected = math.log(ei) - math.log(c0 + c1 * float(x[2] * x[3]))
+            assert float(acq(x.view(1, 1, -1))) == pytest.approx(expected, rel=1e-4, abs=1e-6)
+
+
+def test_suggestions_use_discrete_sizes_and_track_optimum():
+    s = searcher()
+    run(s, 14)
+    config = s.recommend()
+    assert config["model"] == "tiny-5m" and config["budget"] == 10000
+    x = s.space.to_unit(config)
+    assert abs(x[0] - 0.3) < 0.2 and abs(x[1] - 0.7) < 0.2
+    assert {round(o.x[2], 6) for o in s.observations} <= {round(v, 6) for v in s.space.size_fidelities}
+
+
+def test_concurrent_suggestions_differ():
+    s = searcher()
+    run(s, 5)
+    a, b, c = (s.space.to_unit(s.suggest(t)) for t in ("p1", "p2", "p3"))
+    assert len(s._live) == 3
+    assert a != b and b != c and a != c
+
+
+def test_save_restore_reproduces_next_suggestion(tmp_path):
+    s = searcher()
+    run(s, 6)
+    s.suggest("pending")  # a live trial is part of the state too
+    path = tmp_path / "searcher.pkl"
+    s.save(str(path))
+    expected = s.suggest("next")
+    # a fresh searcher with a different seed: everything that matters comes from the checkpoint
+    restored = searcher(seed=999)
+    restored.restore(str(path))
+    assert restored.suggest("next") == expected
+    assert restored.n_suggested == s.n_suggested and restored.spent == s.spent
+
+
+# -- baselines ---------------------------------------------------------------------------------
+
+def test_random_searcher_at_target_with_same_accounting():
+    r = RandomSearcher(space(), "score", "max", study_budget=200.0, seed=1)
+    n = 0
+    while (config := r.suggest(f"r{n}")) != RandomSearcher.FINISHED:
+        assert config["model"] == "tiny-5m" and config["budget"] == 10000
+        x = r.space.to_unit(config)
+        r.on_trial_complete(f"r{n}", {"score": objective(x), "time_total_s": seconds(x)})
+        n += 1
+    assert n == math.ceil(200.0 / 32.0)
+    best = max(r.observations, key=lambda o: o.y)
+    assert r.space.to_unit(r.recommend())[:2] == pytest.approx(list(best.x[:2]))
+    low = RandomSearcher(space(), "score", "max", fidelity=("tiny-0.3m", 1000))
+    assert low.suggest("x")["model"] == "tiny-0.3m"
+
+
+def test_asha_scheduler_over_budget_range():
+    sched = asha_scheduler(space(), "score", "max")
+    assert sched._time_attr == "rollouts" and sched._max_t == 10000
+    assert sched._reduction_factor == 3
+    assert sched._brackets[0]._rungs[-1][0] == 1000  # the lowest rung is grace_period = budget_min
