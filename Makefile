@@ -4,6 +4,7 @@
 #   make trial TRIAL=sweeps/trials/easy.yaml OUT=runs/easy [SET="budget=20000 Bp=16 n=8"]
 #   make ais-study [BUDGET=20000]   bf16 vs fp8 rollouts, none/tis/ais corrections -> dashboards/ais-study
 #   make bench                      engine throughput and a trial's time split -> bench/results.json
+#   make hpo-bench                  JF-HPO vs random search on the two-fidelity Hartmann function -> bench/hpo.json
 #   make sweep [BUDGET=1e5] [SWEEP=sweeps/isocompute-easy.yaml]
 #                                   iso-compute sweep on local Ray + MLflow; prints the frontier table
 #   make frontier SWEEP_ID=<id>     redo a sweep's frontier analysis from MLflow alone
@@ -28,7 +29,7 @@ BUDGET ?=
 RUNS ?= runs/sweeps
 DASHBOARDS ?= dashboards
 
-.PHONY: cluster-up cluster-down submit venv browser test models trial ais-study bench sweep frontier ui ui-stop clean
+.PHONY: hpo-bench cluster-up cluster-down submit venv browser test models trial ais-study bench sweep frontier ui ui-stop clean
 
 venv: $(STAMP)
 
@@ -62,6 +63,9 @@ ais-study: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/isosweep bench --out bench/results.json
+
+hpo-bench: $(STAMP)
+	$(BIN)/isosweep hpo-bench --out bench/hpo.json
 
 sweep: $(STAMP)
 	$(BIN)/isosweep sweep $(SWEEP) $(if $(BUDGET),--budget $(BUDGET)) --runs $(RUNS) --dashboards $(DASHBOARDS)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from isosweep import tracking
-from isosweep.submit import EXCLUDES, entrypoint
+from isosweep.submit import EXCLUDES, entrypoint, job_status
 from isosweep.sweepspec import load_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,9 +30,9 @@ def free_port() -> int:
 
 def test_the_job_runs_the_uploaded_code_and_joins_its_cluster():
     command = entrypoint("sweeps/smoke.yaml", "2e3", "~/runs")
-    assert command.startswith("PYTHONPATH=platform")
-    assert "python -m isosweep.cli sweep sweeps/smoke.yaml --address auto --runs '~/runs'" in command
-    assert command.endswith("--budget 2e3")
+    assert command[:5] == ["env", "PYTHONPATH=platform", "python", "-m", "isosweep.cli"]
+    assert command[5:] == ["sweep", "sweeps/smoke.yaml", "--address", "auto", "--runs", "~/runs", "--no-dashboards",
+                           "--budget", "2e3"]
     assert {".venv", ".git", "runs", ".mlflow"} <= set(EXCLUDES)
 
 
@@ -72,8 +72,13 @@ def test_rehearsal_two_ray_nodes_run_the_submitted_smoke_sweep(mlflow_server):
     head_tmp, worker_tmp = tempfile.mkdtemp(prefix="isr-h"), tempfile.mkdtemp(prefix="isr-w")
     gcs, dashboard = free_port(), free_port()
     # as the cluster YAMLs do: every node gets MLFLOW_TRACKING_URI before `ray start`
+    # Ray 2.60 clusters authenticate with a token (~/.ray/auth_token); every node and client of
+    # this one uses it, as the cluster launcher arranges on a real cluster.
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.25",
-           "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+           "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "RAY_AUTH_MODE": "token",
+           # the job's `python` is the nodes' Python environment, as in the cluster image
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    subprocess.run([RAY, "get-auth-token", "--generate"], env=env, check=True, capture_output=True, timeout=120)
     runs = Path(tempfile.mkdtemp(prefix="isr-runs"))
     try:
         subprocess.run([RAY, "start", "--head", f"--port={gcs}", "--num-cpus=1", "--include-dashboard=true",
@@ -82,9 +87,14 @@ def test_rehearsal_two_ray_nodes_run_the_submitted_smoke_sweep(mlflow_server):
         subprocess.run([RAY, "start", f"--address=127.0.0.1:{gcs}", "--num-cpus=2", f"--temp-dir={worker_tmp}",
                         "--disable-usage-stats"], env=env, check=True, capture_output=True, timeout=300)
         address = f"http://127.0.0.1:{dashboard}"
-        status = subprocess.run([RAY, "status", f"--address=127.0.0.1:{gcs}"], env=env, capture_output=True,
-                                text=True, timeout=120)
-        assert "3.0 CPU" in status.stdout or "0.0/3.0 CPU" in status.stdout, status.stdout
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # the second node registers with the head
+            status = subprocess.run([RAY, "status", f"--address=127.0.0.1:{gcs}"], env=env, capture_output=True,
+                                    text=True, timeout=120).stdout
+            if "/3.0 CPU" in status:
+                break
+            time.sleep(2)
+        assert "/3.0 CPU" in status, status
         # the same path as `make submit ADDRESS=... SWEEP=sweeps/smoke.yaml BUDGET=...`
         done = subprocess.run(["make", "-s", "submit", f"ADDRESS={address}", "SWEEP=sweeps/smoke.yaml", "BUDGET=2048",
                                f"RUNS_ON_CLUSTER={runs}"], cwd=ROOT, env=env, capture_output=True, text=True,
@@ -92,16 +102,19 @@ def test_rehearsal_two_ray_nodes_run_the_submitted_smoke_sweep(mlflow_server):
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         assert "[submit] job raysubmit_" in done.stdout and "ray job logs --address" in done.stdout
         job = done.stdout.split("[submit] job ")[1].split()[0]
-        deadline = time.monotonic() + 900
-        while time.monotonic() < deadline:
-            state = subprocess.run([RAY, "job", "status", "--address", address, job], env=env, capture_output=True,
-                                   text=True, timeout=120).stdout
-            if any(word in state for word in ("SUCCEEDED", "FAILED", "STOPPED")):
-                break
-            time.sleep(5)
+        os.environ["RAY_AUTH_MODE"] = "token"  # for this process's job client
+        try:
+            deadline = time.monotonic() + 900
+            while time.monotonic() < deadline:
+                state = job_status(address, job)
+                if state in ("SUCCEEDED", "FAILED", "STOPPED"):
+                    break
+                time.sleep(5)
+        finally:
+            os.environ.pop("RAY_AUTH_MODE", None)
         logs = subprocess.run([RAY, "job", "logs", "--address", address, job], env=env, capture_output=True,
                               text=True, timeout=120).stdout
-        assert "SUCCEEDED" in state, logs[-4000:]
+        assert state == "SUCCEEDED", logs[-4000:]
         assert "frontier of mean@4" in logs and "2/2 trials done" in logs
         assert "1 at a time" not in logs and "2 at a time" in logs  # concurrency from the 3-CPU cluster
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 EXCLUDES = [".venv", ".git", ".cache", ".mlflow", "runs", "bench/*.json", "**/__pycache__", ".pytest_cache",
@@ -26,13 +26,12 @@ EXCLUDES = [".venv", ".git", ".cache", ".mlflow", "runs", "bench/*.json", "**/__
 """What the upload of the working directory leaves out: environments, caches and local results."""
 
 
-def entrypoint(spec: str, budget: str | None, runs: str, extra: list[str] | None = None) -> str:
-    """The shell command the Ray job runs on the head node."""
+def entrypoint(spec: str, budget: str | None, runs: str, extra: list[str] | None = None) -> list[str]:
+    """The command the Ray job runs on the head node, one argument per item."""
     args = ["sweep", spec, "--address", "auto", "--runs", runs, "--no-dashboards"]
     if budget:
         args += ["--budget", str(budget)]
-    args += extra or []
-    return "PYTHONPATH=platform${PYTHONPATH:+:$PYTHONPATH} python -m isosweep.cli " + " ".join(shlex.quote(a) for a in args)
+    return ["env", "PYTHONPATH=platform", "python", "-m", "isosweep.cli", *args, *(extra or [])]
 
 
 def ray_cli() -> str:
@@ -42,7 +41,7 @@ def ray_cli() -> str:
 
 def submit(address: str, spec: str, budget: str | None = None, runs: str = "runs/sweeps",
            env: dict[str, str] | None = None, wait: bool = False, working_dir: str | Path = ".",
-           extra: list[str] | None = None) -> str:
+           extra: list[str] | None = None, retry_s: float = 120.0) -> str:
     """Submit the sweep ``spec`` to the Ray cluster whose dashboard is at ``address``; returns the job id.
 
     ``env`` adds environment variables for the job (e.g. ``MLFLOW_TRACKING_URI``). With ``wait``
@@ -50,8 +49,14 @@ def submit(address: str, spec: str, budget: str | None = None, runs: str = "runs
     """
     runtime_env = {"excludes": EXCLUDES, "env_vars": dict(env or {})}
     command = [ray_cli(), "job", "submit", "--address", address, "--working-dir", str(working_dir),
-               "--runtime-env-json", json.dumps(runtime_env), "--no-wait", "--", entrypoint(spec, budget, runs, extra)]
-    done = subprocess.run(command, capture_output=True, text=True)
+               "--runtime-env-json", json.dumps(runtime_env), "--no-wait", "--", *entrypoint(spec, budget, runs, extra)]
+    deadline = time.monotonic() + retry_s
+    while True:
+        done = subprocess.run(command, capture_output=True, text=True)
+        # a cluster that has just started answers this until its job agent is up
+        if done.returncode == 0 or "No available agent" not in done.stderr or time.monotonic() > deadline:
+            break
+        time.sleep(3)
     if done.returncode != 0:
         raise RuntimeError(f"ray job submit failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
     found = re.search(r"raysubmit_\w+", done.stdout + done.stderr)
@@ -67,9 +72,10 @@ def submit(address: str, spec: str, budget: str | None = None, runs: str = "runs
 
 
 def job_status(address: str, job: str) -> str:
-    done = subprocess.run([ray_cli(), "job", "status", "--address", address, job], capture_output=True, text=True)
-    found = re.search(r"(PENDING|RUNNING|STOPPED|SUCCEEDED|FAILED)", done.stdout + done.stderr)
-    return found.group(1) if found else "UNKNOWN"
+    """PENDING, RUNNING, STOPPED, SUCCEEDED or FAILED (Ray's job states)."""
+    from ray.job_submission import JobSubmissionClient
+
+    return str(JobSubmissionClient(address).get_job_status(job).value)
 
 
 def how_to_follow(address: str, job: str, cluster: str | None) -> str:
