@@ -249,6 +249,16 @@ def write_csv(analysis: Analysis, path: Path) -> None:
 # --------------------------------------------------------------------------------- plots
 
 
+def _pyplot():
+    """matplotlib's pyplot on the file-only Agg backend (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def _png(fig) -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
@@ -257,10 +267,7 @@ def _png(fig) -> bytes:
 
 def plot_frontier(analysis: Analysis) -> bytes:
     """One panel per metric: each config's eval curve (thin), records (dots), fit (line), frontier (black)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     names = list(analysis.metrics)
     fig, axes = plt.subplots(1, len(names), figsize=(5.2 * len(names), 4.2), squeeze=False)
@@ -296,10 +303,7 @@ def plot_frontier(analysis: Analysis) -> bytes:
 
 def plot_allocation(analysis: Analysis) -> bytes:
     """n*(C) and Bp*(C) of the primary metric, on the table's compute grid."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     m = analysis.metrics[analysis.primary]
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -327,10 +331,7 @@ def plot_allocation(analysis: Analysis) -> bytes:
 
 def plot_fixed_batch(analysis: Analysis) -> bytes:
     """Fixed-batch trade-off: the fitted primary metric against n (Bp = B / n) at several budgets."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     m = analysis.metrics[analysis.primary]
     keys = sorted(m.fits, key=lambda k: analysis.configs[k]["n"])

@@ -136,7 +136,8 @@ def _progress_callback(sweep: Sweep, sweep_out: Path, log: Callable[[str], None]
                     if r[metric] > self.best[1]:
                         self.best = (point.key, r[metric])
             self.at_start = sum(self.rollouts.values())
-            self.done, self.failed = set(), set()
+            self.done = {p.key for p in sweep.trials if is_finished(trial_dir(sweep_out, p.key), p.cfg)}
+            self.failed = set()
 
         def status(self, running: int) -> str:
             elapsed = time.monotonic() - self.start
