@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from isosweep.config import TrialConfig
-from isosweep.profiles import get_profile
+from isosweep.profiles import get_profile, placement_bundles
 
 RAY_ENV = {
     # ray.train.report costs ~2 s at the default health-check interval; 0.25 s makes it ~0.
@@ -95,6 +95,8 @@ def make_torch_trainer(cfg: TrialConfig, out: Path, tracking: dict | None = None
             num_workers=workers,
             use_gpu=profile.accelerator == "gpu",
             resources_per_worker={"CPU": profile.trainer.CPU / workers, "GPU": profile.trainer.GPU / workers},
+            # the trainer workers packed: on one node for a one-node profile, on as few as fit otherwise
+            placement_strategy=placement_bundles(profile, workers, cfg.rollout.actors)[1],
         ),
         torch_config=TorchConfig(backend=profile.backend),
         run_config=RunConfig(name=f"{name}-{run_id}", storage_path=str(out / "ray"), callbacks=callbacks),
