@@ -144,7 +144,9 @@ def _progress_callback(sweep: Sweep, sweep_out: Path, log: Callable[[str], None]
             done_rollouts = sum(self.rollouts.values())
             rate = (done_rollouts - self.at_start) / elapsed if elapsed > 0 else 0
             left = sum(total.values()) - done_rollouts
-            eta = f"~{_duration(left / rate)} left" if rate > 0 and left > 0 else "estimating time left"
+            # the first evaluations come before most of a trial's start-up cost: no estimate from them
+            settled = done_rollouts - self.at_start >= 0.05 * sum(total.values())
+            eta = f"~{_duration(left / rate)} left" if settled and rate > 0 and left > 0 else "estimating time left"
             best = f"best {metric} {self.best[1]:.3f} ({self.best[0]})" if self.best[0] else "no eval yet"
             return (f"[sweep] {len(self.done)}/{len(total)} trials done, {running} running, "
                     f"{len(self.failed)} failed | {done_rollouts:,}/{sum(total.values()):,} rollouts | {best} | "
