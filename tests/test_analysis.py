@@ -148,3 +148,18 @@ def test_gains_are_best_observed_minus_the_base_value():
     assert g["mean@4"]["best"] == pytest.approx(max(c.values["mean@4"].max() for c in curves))
     assert g["worst@4"]["gain"] == pytest.approx(g["mean@4"]["gain"])  # shifted copies here
     assert "gain over the base model" in table_text(result)
+
+
+def test_fixed_batch_rows_use_fits_and_fall_back_to_observed_values():
+    from isosweep.analysis import fixed_batch_rows
+
+    flat = curve("n4-Bp16", 0.0, 0)
+    flat.values = {name: np.full(len(COMPUTE), 0.5) for name in flat.values}
+    curves = [flat, curve("n8-Bp16", 0.0, 0), curve("n16-Bp16", 0.0, 0)]
+    result = analyse(curves, title="fb", study="fixed-batch", budget=BUDGET, primary="mean@4", points=8, bootstrap=0)
+    rows = fixed_batch_rows(result, budgets=4)
+    assert len(rows) == 4 and rows[-1][0] == BUDGET and len({C for C, *_ in rows}) == 4
+    for C, ns, values, fitted in rows:
+        assert ns == [4, 8, 16] and fitted == [False, True, True]
+        assert values[0] == 0.5
+        assert values[2] == pytest.approx(result.metrics["mean@4"].fits["n16-Bp16"].predict(C))

@@ -329,19 +329,41 @@ def plot_allocation(analysis: Analysis) -> bytes:
     return data
 
 
+def fixed_batch_rows(analysis: Analysis, budgets: int = 4) -> list[tuple[float, list[int], list[float], list[bool]]]:
+    """The fixed-batch trade-off at up to ``budgets`` compute values of the frontier grid (always
+    the last): for each, the configs' n (ascending), their primary-metric value -- fitted where the
+    config has a fit, else the best observed by that compute -- and whether it is fitted."""
+    m = analysis.metrics[analysis.primary]
+    keys = sorted(analysis.configs, key=lambda k: analysis.configs[k]["n"])
+    picks = sorted({int(round(i)) for i in np.linspace(0, len(m.rows) - 1, min(budgets, len(m.rows)))})
+    out = []
+    for i in picks:
+        C = m.rows[i]["C"]
+        values, fitted = [], []
+        for key in keys:
+            if key in m.fits:
+                values.append(float(m.fits[key].predict(C)))
+            else:
+                seen = [c.values[analysis.primary][c.compute <= C] for c in analysis.curves if c.config == key]
+                values.append(max((float(v.max()) for v in seen if len(v)), default=math.nan))
+            fitted.append(key in m.fits)
+        out.append((C, [analysis.configs[k]["n"] for k in keys], values, fitted))
+    return out
+
+
 def plot_fixed_batch(analysis: Analysis) -> bytes:
-    """Fixed-batch trade-off: the fitted primary metric against n (Bp = B / n) at several budgets."""
+    """Fixed-batch trade-off: the primary metric against n (Bp = B / n) at several budgets;
+    filled markers are fitted values, hollow ones the best observed (configs without a fit)."""
     plt = _pyplot()
 
-    m = analysis.metrics[analysis.primary]
-    keys = sorted(m.fits, key=lambda k: analysis.configs[k]["n"])
     fig, ax = plt.subplots(figsize=(6, 4))
-    for row in m.rows[:: max(1, len(m.rows) // 5)] + ([m.rows[-1]] if len(m.rows) > 1 else []):
-        ns = [analysis.configs[k]["n"] for k in keys]
-        ax.plot(ns, [m.fits[k].predict(row["C"]) for k in keys], marker="o", label=f"C = {row['C']:,.0f}")
+    for C, ns, values, fitted in fixed_batch_rows(analysis):
+        line, = ax.plot(ns, values, label=f"C = {C:,.0f}")
+        for n, v, f in zip(ns, values, fitted):
+            ax.plot([n], [v], marker="o", color=line.get_color(), markerfacecolor=line.get_color() if f else "none")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("n (rollouts per problem); Bp = B / n")
-    ax.set_ylabel(f"fitted {analysis.primary}")
+    ax.set_ylabel(f"{analysis.primary} (filled: fitted, hollow: observed)")
     ax.set_title("fixed batch: n vs Bp")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
@@ -364,7 +386,7 @@ def write_outputs(analysis: Analysis, folder: str | Path) -> dict[str, Path]:
     paths["frontier.txt"].write_text("\n\n".join(table_text(analysis, m) for m in analysis.metrics) + "\n")
     paths["fits.json"].write_text(json.dumps(analysis.to_json(), indent=1))
     images = {"frontier.png": plot_frontier(analysis), "allocation.png": plot_allocation(analysis)}
-    if analysis.study == "fixed-batch" and analysis.metrics[analysis.primary].fits:
+    if analysis.study == "fixed-batch":
         images["fixed_batch.png"] = plot_fixed_batch(analysis)
         paths["fixed_batch.png"] = folder / "fixed_batch.png"
     for name, data in images.items():
