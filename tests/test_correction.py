@@ -56,7 +56,7 @@ def pop_std(xs: list[float]) -> float:
 def loop_ais(
     b: dict[str, torch.Tensor], cap: float, delta: float, beta: float, gamma: float
 ) -> dict[str, float]:
-    """AIS alpha written out from DESIGN.md, one token at a time."""
+    """AIS alpha written out from its definition (isosweep.correction), one token at a time."""
     cells = valid_tokens(b)
     if not cells:
         keys = ("alpha", "alpha_ess", "alpha_mis", "alpha_var", "ess", "delta_sigma")
