@@ -5,8 +5,8 @@ on a cluster is read from its YAML: each worker node type's ``resources`` times 
 ``max_workers``; a one-node trial (profile ``nodes: 1``) must fit one node of a type, so the
 count is per node (``floor(node GPUs / trial GPUs)``) summed over the nodes the cluster can
 grow to. GPU-hours come from the sweep's ``estimate`` section (FLOPs per rollout
-``12 * params * tokens``, divided by the GPU's peak times the utilisation achieved); tiny models
-take their parameter count from the family. Without an estimate the plan says so.
+``12 * params * tokens``, divided by the GPU's peak times the utilisation achieved). Without an estimate
+the plan says so.
 """
 
 from __future__ import annotations
@@ -74,8 +74,6 @@ def concurrency_on(need: dict[str, float], nodes: int, capacity: list[dict]) -> 
 
 def trial_gpu_hours(sweep: Sweep, cfg) -> float | None:
     """Expected GPU-hours of one trial, or None without a cost model."""
-    from isosweep.models.family import SIZES
-
     estimate = sweep.spec.estimate
     if estimate is None:
         return None

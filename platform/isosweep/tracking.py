@@ -162,7 +162,6 @@ def flatten(data: dict, prefix: str = "") -> dict[str, str]:
 
 def open_parent(mlflow_client, sweep, out: Path) -> str:
     """Find or create the sweep's parent run and mark it running; returns its run id."""
-    from mlflow.entities import Param, RunTag
 
     found = find_parent(mlflow_client, sweep.sweep_id)
     if found is not None:

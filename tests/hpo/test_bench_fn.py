@@ -10,7 +10,7 @@ import torch
 from botorch.test_functions.multi_fidelity import AugmentedHartmann
 from botorch.test_functions.synthetic import Hartmann
 
-from isosweep.hpo.bench_fn import (HARTMANN_MAX, TwoFidelityHartmann, bench_space, compare, cost_to_reach,
+from isosweep.hpo.bench_fn import (HARTMANN_MAX, TwoFidelityHartmann, compare, cost_to_reach,
                                    make_searchers, run_study, TracePoint)
 
 OPT = [0.20169, 0.150011, 0.476874, 0.275332, 0.311652, 0.6573]

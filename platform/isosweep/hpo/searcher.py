@@ -31,6 +31,7 @@ state is saved with the observations, so a restored searcher makes the same next
 
 from __future__ import annotations
 
+import abc
 import math
 import pickle
 import warnings
@@ -118,7 +119,7 @@ def _is_hyperparameter(name: str) -> bool:
     return "outcome_transform" not in name and "input_transform" not in name
 
 
-class _StudySearcher(Searcher):
+class _StudySearcher(Searcher, abc.ABC):
     """Bookkeeping shared by JF-HPO and the random baseline: live trials, observations, the study
     budget and save/restore. Subclasses implement ``_propose() -> unit vector``."""
 
@@ -224,8 +225,9 @@ class _StudySearcher(Searcher):
     def _on_intermediate(self, trial_id: str, live: dict[str, Any], result: Mapping[str, Any]) -> None:
         return None
 
+    @abc.abstractmethod
     def _propose(self) -> list[float]:
-        raise NotImplementedError
+        """The next point to try, as a unit-cube vector ``[hyperparameters..., s, b]``."""
 
     def _uniform_hparams(self) -> list[float]:
         return list(self._rng.random(len(self.space.params)))
