@@ -4,7 +4,9 @@
 #   make trial TRIAL=sweeps/trials/easy.yaml OUT=runs/easy [SET="budget=20000 Bp=16 n=8"]
 #   make ais-study [BUDGET=20000]   bf16 vs fp8 rollouts, none/tis/ais corrections -> dashboards/ais-study
 #   make bench                      engine throughput and a trial's time split -> bench/results.json
-#   make hpo-bench                  JF-HPO vs random search on the two-fidelity Hartmann function -> bench/hpo.json
+#   make hpo-bench [PART=synthetic|real]  JF-HPO vs random / ASHA: Hartmann test function (seconds) and tiny-family
+#                                   studies (~30 min) -> bench/hpo.json, dashboards/hpo-bench/
+#   make sweep SWEEP=sweeps/jfhpo.yaml [BUDGET=8192] [STUDY_BUDGET=4x]   an HPO study (JF-HPO; search: random | asha)
 #   make sweep [BUDGET=1e5] [SWEEP=sweeps/isocompute-easy.yaml]
 #                                   iso-compute sweep on local Ray + MLflow; prints the frontier table
 #   make frontier SWEEP_ID=<id>     redo a sweep's frontier analysis from MLflow alone
@@ -26,6 +28,7 @@ OUT ?= runs/$(basename $(notdir $(TRIAL)))
 SET ?=
 SWEEP ?= sweeps/isocompute-easy.yaml
 BUDGET ?=
+STUDY_BUDGET ?=
 RUNS ?= runs/sweeps
 DASHBOARDS ?= dashboards
 
@@ -64,11 +67,12 @@ ais-study: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/isosweep bench --out bench/results.json
 
+PART ?= all
 hpo-bench: $(STAMP)
-	$(BIN)/isosweep hpo-bench --out bench/hpo.json
+	$(BIN)/isosweep hpo-bench --part $(PART) --out bench/hpo.json $(if $(BUDGET),--budget $(BUDGET)) $(if $(STUDY_BUDGET),--study-budget $(STUDY_BUDGET))
 
 sweep: $(STAMP)
-	$(BIN)/isosweep sweep $(SWEEP) $(if $(BUDGET),--budget $(BUDGET)) --runs $(RUNS) --dashboards $(DASHBOARDS)
+	$(BIN)/isosweep sweep $(SWEEP) $(if $(BUDGET),--budget $(BUDGET)) $(if $(STUDY_BUDGET),--study-budget $(STUDY_BUDGET)) --runs $(RUNS) --dashboards $(DASHBOARDS)
 
 frontier: $(STAMP)
 	$(BIN)/isosweep frontier $(SWEEP_ID) --runs $(RUNS)

@@ -61,8 +61,13 @@ def _bench(args: argparse.Namespace) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> None:
+    from isosweep.hpospec import is_hpo_file
     from isosweep.sweepspec import load_sweep
 
+    if is_hpo_file(args.spec):
+        return _hpo(args)
+    if args.study_budget is not None:
+        raise ConfigError(f"{args.spec}: --study-budget (STUDY_BUDGET=) is for HPO studies (study: hpo), not grid sweeps")
     sweep = load_sweep(args.spec, args.budget)
     if args.dry_run:
         _dry_run(sweep, args.cluster)
@@ -72,6 +77,28 @@ def _sweep(args: argparse.Namespace) -> None:
     analysis = run_sweep(sweep, runs_root=Path(args.runs).expanduser(), dashboards=None if args.no_dashboards else args.dashboards,
                          address=args.address, progress_every_s=args.progress_every)
     if analysis is None:
+        raise SystemExit(130)
+
+
+def _hpo(args: argparse.Namespace) -> None:
+    from isosweep.hpospec import load_hpo
+
+    study = load_hpo(args.spec, args.budget, args.study_budget)
+    if args.dry_run:
+        space, first = study.space, study.space.ladder[0][0]
+        print(f"{study.sweep_id}: {study.spec.search} search over {', '.join(space.names)}\n"
+              f"  sizes {', '.join(f'{n} ({p:,} params, s={study.size_fidelity(n):.3g})' for n, p in space.ladder)}\n"
+              f"  budgets {space.budget_min:,}..{space.budget_max:,} rollouts in steps of {study.batch}\n"
+              f"  study budget {study.study_budget:,.0f} target-equivalent rollouts = "
+              f"{study.study_budget / study.cost(study.target, study.budget):.2f} full-fidelity trials or "
+              f"{study.study_budget / study.cost(first, space.budget_min):.0f} trials at the lowest fidelity")
+        return
+    from isosweep.hpo_sweep import run_hpo
+
+    result = run_hpo(study, runs_root=Path(args.runs).expanduser(),
+                     dashboards=None if args.no_dashboards else args.dashboards, address=args.address,
+                     progress_every_s=args.progress_every)
+    if result is None:
         raise SystemExit(130)
 
 
@@ -127,28 +154,11 @@ def _submit(args: argparse.Namespace) -> None:
 
 
 def _hpo_bench(args: argparse.Namespace) -> None:
-    import math
-    import platform as host
+    from isosweep.hpo_bench import run
 
-    from isosweep.hpo.bench_fn import compare
-
-    seeds = list(range(args.seeds))
-    rows = compare(seeds, args.cost_budget, threshold=args.threshold, log=print)
-    ratios = sorted(row["ratio"] for row in rows.values())
-    result = {
-        "what": "cost (target-trial units) for JF-HPO and random search to reach regret <= threshold on the "
-                "two-fidelity Augmented Hartmann function; inf = not reached within cost_budget",
-        "threshold": args.threshold, "cost_budget": args.cost_budget, "seeds": seeds,
-        "per_seed": {str(k): {name: (v if math.isfinite(v) else None) for name, v in row.items()}
-                     for k, row in rows.items()},
-        "median_ratio": ratios[len(ratios) // 2],
-        "real_study": "not run yet: the tiny-family JF-HPO / random / ASHA study needs the sweep integration",
-        "host": {"machine": host.machine(), "python": host.python_version()},
-    }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"[hpo-bench] median cost ratio JF-HPO / random = {result['median_ratio']:.3f} over {len(seeds)} seeds -> {out}")
+    run(args.out, part=args.part, seeds=args.seeds, cost_budget=args.cost_budget, threshold=args.threshold,
+        spec=args.spec, real_seeds=args.real_seeds, budget=args.budget, study_budget=args.study_budget,
+        margin=args.margin, runs_root=Path(args.runs).expanduser())
 
 
 def _ui(args: argparse.Namespace) -> None:
@@ -211,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     sweep.add_argument("--dry-run", action="store_true",
                        help="print the trials, resources per trial, expected GPU-hours and concurrency; start nothing")
     sweep.add_argument("--cluster", default=None, help="with --dry-run: the cluster YAML to plan concurrency for")
+    sweep.add_argument("--study-budget", default=None,
+                       help="HPO studies: total spend in target-equivalent rollouts, or e.g. 6x for six full-fidelity "
+                            "trials (default: the file's study_budget)")
     sweep.add_argument("--progress-every", type=float, default=30.0, help="seconds between progress lines (default: 30)")
     sweep.set_defaults(run=_sweep)
 
@@ -237,10 +250,20 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_argument("--wait", action="store_true", help="follow the job's logs until it ends")
     sub.set_defaults(run=_submit)
 
-    hpo = commands.add_parser("hpo-bench", help="JF-HPO vs random search on the two-fidelity Hartmann function")
-    hpo.add_argument("--seeds", type=int, default=3, help="number of seeds (default: 3)")
-    hpo.add_argument("--cost-budget", type=float, default=60.0, help="study budget in target-trial units (default: 60)")
-    hpo.add_argument("--threshold", type=float, default=0.8, help="regret to reach (default: 0.8)")
+    hpo = commands.add_parser("hpo-bench", help="JF-HPO vs its baselines: (a) the two-fidelity Hartmann function, "
+                                                "(b) HPO studies on the tiny family")
+    hpo.add_argument("--part", choices=("synthetic", "real", "all"), default="all",
+                     help="synthetic: (a) only (seconds); real: (b) only (about half an hour on 2 cores); default: all")
+    hpo.add_argument("--seeds", type=int, default=3, help="(a) number of seeds (default: 3)")
+    hpo.add_argument("--cost-budget", type=float, default=60.0, help="(a) study budget in target-trial units (default: 60)")
+    hpo.add_argument("--threshold", type=float, default=0.8, help="(a) regret to reach (default: 0.8)")
+    hpo.add_argument("--spec", default="sweeps/jfhpo.yaml", help="(b) the HPO study file (default: sweeps/jfhpo.yaml)")
+    hpo.add_argument("--real-seeds", type=int, default=3, help="(b) searcher seeds per method (default: 3)")
+    hpo.add_argument("--budget", default=None, help="(b) C, the full-fidelity budget (default: the file's)")
+    hpo.add_argument("--study-budget", default=None, help="(b) the study budget (default: the file's)")
+    hpo.add_argument("--margin", type=float, default=0.02,
+                     help="(b) threshold = the target base model's eval + margin (default: 0.02)")
+    hpo.add_argument("--runs", default="runs/sweeps", help="(b) where the studies' trial directories go")
     hpo.add_argument("--out", default="bench/hpo.json", help="where to write the figures")
     hpo.set_defaults(run=_hpo_bench)
 

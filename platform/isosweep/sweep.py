@@ -61,20 +61,22 @@ def resources_of(cfg: TrialConfig) -> dict[str, float]:
     return trial_resources(profile, cfg.trainer.num_workers, actors)
 
 
-def max_concurrency(sweep: Sweep, cluster: dict[str, float]) -> int:
-    """How many trials fit at once on ``cluster`` (``ray.cluster_resources()``), or a ConfigError."""
+def max_concurrency(cfgs: list[TrialConfig], cluster: dict[str, float], source: str | Path,
+                    limit: int | None = None) -> int:
+    """How many of these trials fit at once on ``cluster`` (``ray.cluster_resources()``), at most ``limit``
+    (default: their number), or a ConfigError if not even one does."""
     need = {"CPU": 0.0, "GPU": 0.0}
-    for point in sweep.trials:
-        for kind, amount in resources_of(point.cfg).items():
+    for cfg in cfgs:
+        for kind, amount in resources_of(cfg).items():
             need[kind] = max(need[kind], amount)
     fits = [math.floor(cluster.get(kind, 0.0) / amount + 1e-9) for kind, amount in need.items() if amount > 0]
-    concurrency = min(fits) if fits else len(sweep.trials)
+    concurrency = min(fits) if fits else len(cfgs)
     if concurrency < 1:
         raise ConfigError(
-            f"{sweep.path}: one trial needs {need['CPU']:g} CPU and {need['GPU']:g} GPU (profile "
-            f"{sweep.trials[0].cfg.profile!r}: driver + trainer + rollout actors) but the Ray cluster has "
+            f"{source}: one trial needs {need['CPU']:g} CPU and {need['GPU']:g} GPU (profile "
+            f"{cfgs[0].profile!r}: driver + trainer + rollout actors) but the Ray cluster has "
             f"{cluster.get('CPU', 0):g} CPU and {cluster.get('GPU', 0):g} GPU; choose a smaller profile or a bigger cluster")
-    return min(concurrency, len(sweep.trials))
+    return min(concurrency, len(cfgs) if limit is None else limit)
 
 
 def tune_trial(config: dict) -> None:
@@ -96,6 +98,8 @@ def tune_trial(config: dict) -> None:
     client = tracking.client(uri)
     run_id = tracking.open_child(client, config["parent_run_id"], config["sweep_id"], config["key"], cfg,
                                  config["config_key"])
+    for name, value in config.get("tags", {}).items():  # an HPO trial's fidelity and promotion
+        client.set_tag(run_id, name, str(value))
     logger = tracking.TrialLogger(uri, run_id, out, cfg.eval.k)
     logger.catch_up()
     if is_finished(out, cfg):
@@ -212,7 +216,7 @@ def run_sweep(sweep: Sweep, runs_root: str | Path = "runs/sweeps", dashboards: s
         try:
             import ray
 
-            concurrency = max_concurrency(sweep, ray.cluster_resources())
+            concurrency = max_concurrency([p.cfg for p in sweep.trials], ray.cluster_resources(), sweep.path)
             driver = get_profile(sweep.trials[0].cfg.profile).driver
             log(f"[sweep] {len(pending)} trials to run, {concurrency} at a time "
                 f"(each: {resources_of(pending[0].cfg)} of Ray's {ray.cluster_resources().get('CPU', 0):g} CPU)")

@@ -149,6 +149,11 @@ def find_parent(mlflow_client, sweep_id: str, prefix: bool = False):
     return _find(mlflow_client, f"tags.`{SWEEP_TAG}` {op} '{value}' and tags.`isosweep.kind` = 'sweep'")
 
 
+def find_child(mlflow_client, sweep_id: str, key: str):
+    """The child run of trial ``key`` in sweep ``sweep_id``, or None."""
+    return _find(mlflow_client, f"tags.`{SWEEP_TAG}` = '{sweep_id}' and tags.`{TRIAL_TAG}` = '{key}'")
+
+
 def flatten(data: dict, prefix: str = "") -> dict[str, str]:
     """``{"a": {"b": 1}}`` -> ``{"a.b": "1"}`` (MLflow params are flat strings)."""
     flat: dict[str, str] = {}
@@ -162,19 +167,22 @@ def flatten(data: dict, prefix: str = "") -> dict[str, str]:
 
 def open_parent(mlflow_client, sweep, out: Path) -> str:
     """Find or create the sweep's parent run and mark it running; returns its run id."""
+    spec = sweep.spec
+    tags = {"isosweep.study": spec.study, "isosweep.difficulty": sweep.trials[0].cfg.task.difficulty,
+            "isosweep.out": str(out), "isosweep.metric": sweep.metric, "mlflow.note.content": spec.description}
+    params = {"sweep.file": str(sweep.path), "sweep.budget": sweep.budget, "sweep.trials": len(sweep.trials),
+              **flatten(spec.model_dump(mode="json"), "spec.")}
+    return open_study_parent(mlflow_client, sweep.sweep_id, tags, params)
 
-    found = find_parent(mlflow_client, sweep.sweep_id)
+
+def open_study_parent(mlflow_client, sweep_id: str, tags: dict[str, str], params: dict) -> str:
+    """Find the parent run tagged ``sweep_id`` or create it with ``tags`` and ``params``; mark it running."""
+    found = find_parent(mlflow_client, sweep_id)
     if found is not None:
         mlflow_client.update_run(found.info.run_id, status="RUNNING")
         return found.info.run_id
-    spec = sweep.spec
-    tags = {SWEEP_TAG: sweep.sweep_id, "isosweep.kind": "sweep", "isosweep.study": spec.study,
-            "isosweep.difficulty": sweep.trials[0].cfg.task.difficulty, "isosweep.out": str(out),
-            "isosweep.metric": sweep.metric, "mlflow.runName": sweep.sweep_id,
-            "mlflow.note.content": spec.description}
-    run = mlflow_client.create_run(experiment_id(mlflow_client), tags=tags, run_name=sweep.sweep_id)
-    params = {"sweep.file": str(sweep.path), "sweep.budget": sweep.budget, "sweep.trials": len(sweep.trials),
-              **flatten(spec.model_dump(mode="json"), "spec.")}
+    tags = {SWEEP_TAG: sweep_id, "isosweep.kind": "sweep", "mlflow.runName": sweep_id, **tags}
+    run = mlflow_client.create_run(experiment_id(mlflow_client), tags=tags, run_name=sweep_id)
     _log_params(mlflow_client, run.info.run_id, params)
     return run.info.run_id
 
@@ -189,7 +197,7 @@ def _log_params(mlflow_client, run_id: str, params: dict) -> None:
 
 def open_child(mlflow_client, parent_id: str, sweep_id: str, key: str, cfg, config_key: str) -> str:
     """Find or create a trial's child run (params = the full trial config); returns its run id."""
-    found = _find(mlflow_client, f"tags.`{SWEEP_TAG}` = '{sweep_id}' and tags.`{TRIAL_TAG}` = '{key}'")
+    found = find_child(mlflow_client, sweep_id, key)
     if found is not None:
         mlflow_client.update_run(found.info.run_id, status="RUNNING")
         return found.info.run_id

@@ -167,6 +167,14 @@ class _StudySearcher(Searcher, abc.ABC):
         self.n_suggested += 1
         return dict(config)
 
+    def replace_live(self, trial_id: str, config: Mapping[str, Any]) -> None:
+        """Record that ``trial_id`` runs ``config`` instead of what was suggested (the integrator moved it:
+        a budget cut to what is left of the study, hyperparameters snapped to a trial it continues)."""
+        live = self._live[trial_id]
+        live["config"] = dict(config)
+        live["x"] = tuple(self.space.to_unit(config))
+        self._invalidate()
+
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         live = self._live.get(trial_id)
         if live is not None:

@@ -59,3 +59,16 @@ def qwen2_config(size: str, vocab_size: int, pad_token_id: int, eos_token_id: in
         bos_token_id=eos_token_id,
         torch_dtype="float32",
     )
+
+
+def param_count(size: str) -> int:
+    """Parameters of a tiny size with the character tokenizer's vocabulary (built on the meta device: no memory)."""
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    from isosweep.models.tokenizer import char_tokenizer
+
+    tok = char_tokenizer()
+    with torch.device("meta"):
+        model = Qwen2ForCausalLM(qwen2_config(size, len(tok), tok.pad_token_id, tok.eos_token_id))
+    return sum(p.numel() for p in model.parameters())
