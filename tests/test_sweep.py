@@ -7,11 +7,9 @@ server (the session's ``mlflow_server``), the frontier analysis -- on ``sweeps/s
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,22 +19,11 @@ from isosweep import tracking
 from isosweep.sweepspec import load_sweep
 from isosweep.trial import read_records
 
-ROOT = Path(__file__).resolve().parents[1]
+from sweep_helpers import ISOSWEEP, ROOT, children, env_for, wait_for
+
 SMOKE = ROOT / "sweeps" / "smoke.yaml"
-ISOSWEEP = str(Path(sys.executable).with_name("isosweep"))
 
 pytestmark = pytest.mark.slow
-
-
-def env_for(mlflow_env: dict) -> dict:
-    env = {**os.environ, **mlflow_env}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    return env
-
-
-def children(client, sweep_id: str) -> list:
-    return client.search_runs([tracking.experiment_id(client)],
-                              filter_string=f"tags.`{tracking.SWEEP_TAG}` = '{sweep_id}' and tags.`isosweep.kind` = 'trial'")
 
 
 def check_mlflow_matches_the_trials(client, sweep, runs: Path) -> None:
@@ -96,15 +83,6 @@ def test_make_sweep_smoke_prints_the_frontier_and_fills_mlflow(mlflow_server, tm
     assert (tmp_path / "again" / "frontier.csv").read_text() == (dashboards / "smoke" / "frontier.csv").read_text()
     first_table = out[out.index("frontier of mean@4"):out.index("[sweep] frontier table")].strip()
     assert first_table in again.stdout
-
-
-def wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(1.0)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def test_an_interrupted_or_killed_sweep_resumes_without_repeating_work(mlflow_server, tmp_path):

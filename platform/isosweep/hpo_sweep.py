@@ -33,16 +33,16 @@ import pickle
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from ray.tune.search import Searcher
 
-from isosweep import config as C
 from isosweep import tracking
 from isosweep.hpospec import HPOStudy
 from isosweep.sweep import _duration, _flat, resources_of, say, trial_dir, tune_trial
+from isosweep.trial import STOP_FILE
 
 STATE_FILE = "search.pkl"
 
@@ -279,7 +279,24 @@ class StudySearch(Searcher):
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         key = self._ids.get(trial_id)
         if key is not None and self.trials[key].inner_id is not None:
-            self.inner.on_trial_result(self.trials[key].inner_id, result)
+            self.inner.on_trial_result(self.trials[key].inner_id, self._as_gain(key, result))
+
+    def _as_gain(self, key: str, result: dict) -> dict:
+        """``result`` with the metric replaced by its gain over the trial's base model (its record at rollouts 0).
+
+        The searcher models gains, not raw evaluations: each size is evaluated on the problems
+        its own base model finds easy (or hard), so raw values differ by size for reasons that
+        have nothing to do with the hyperparameters, and a raw 0.60 on the smallest model would
+        look like an improvement over a target at 0.55. Gains are comparable across sizes."""
+        from isosweep.trial import read_records
+
+        metric = self.study.metric
+        if result.get(metric) is None:
+            return result
+        records = read_records(trial_dir(self.sweep_out, key))
+        if not records or records[0]["rollouts"] != 0:
+            return {k: v for k, v in result.items() if k != metric}
+        return {**result, metric: float(result[metric]) - float(records[0][metric])}
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         from isosweep.trial import read_records, read_steps
@@ -289,6 +306,12 @@ class StudySearch(Searcher):
             return
         entry = self.trials[key]
         out = trial_dir(self.sweep_out, key)
+        records = read_records(out)
+        if not error and (not records or records[-1]["rollouts"] < entry.budget):
+            # stopped early: Tune ends the trial's function, not the Ray Train job it started
+            reason = self.reasons(trial_id)
+            (out / STOP_FILE).write_text(str(reason) if reason is not None else f"stopped by {self.study.spec.search}")
+            _wait_for_stop(out)
         records, steps = read_records(out), read_steps(out)
         metric = self.study.metric
         cfg_batch = self.study.batch
@@ -313,7 +336,7 @@ class StudySearch(Searcher):
             final = {**(result or {}), "hpo/cost": entry.cost, "rollouts": entry.reached}
             if records:
                 final[metric] = entry.value
-            self.inner.on_trial_complete(entry.inner_id, final, error=error and not records)
+            self.inner.on_trial_complete(entry.inner_id, self._as_gain(key, final), error=error and not records)
         point = {"trial": key, "spent": self.spent, "incumbent": self.incumbent(),
                  "best_any": max((t.best for t in self.trials.values() if t.best is not None), default=None)}
         self.trajectory.append(point)
@@ -357,6 +380,22 @@ class StudySearch(Searcher):
         if best_any is not None:
             metrics.append(Metric("hpo/best_any_size", best_any, now, step))
         client.log_batch(self.parent_id, metrics=metrics)
+
+
+def _wait_for_stop(out: Path, timeout_s: float = 30.0, idle_s: float = 3.0) -> None:
+    """Wait until the trial in ``out`` has seen its STOP file (its log says so), has trained nothing for
+    ``idle_s`` (Tune's stop took its Ray Train job down with it) or ``timeout_s`` passed, so that the
+    cost charged includes every step it trained."""
+    from isosweep.trial import STEPS_FILE
+
+    deadline = time.monotonic() + timeout_s
+    log, steps = out / "trial.log", out / STEPS_FILE
+    while time.monotonic() < deadline:
+        if not log.exists() or "[trial] stopped at step" in log.read_text():
+            return
+        if not steps.exists() or time.time() - steps.stat().st_mtime > idle_s:
+            return
+        time.sleep(0.2)
 
 
 # ------------------------------------------------------------------------------------- promotion
@@ -462,7 +501,6 @@ def run_hpo(study: HPOStudy, runs_root: str | Path = "runs/sweeps", dashboards: 
     if search.trials:
         log(f"[hpo] resuming: {len(search.trials)} trials so far, {len(search._queue)} to continue, "
             f"{search.spent:,.0f} spent")
-    interrupted = False
     if not search.finished:
         started = ray_init(address, log_to_driver=False)
         try:
@@ -493,7 +531,7 @@ def run_hpo(study: HPOStudy, runs_root: str | Path = "runs/sweeps", dashboards: 
             )
             tuner.fit()
         except KeyboardInterrupt:
-            interrupted = True
+            pass
         finally:
             if started:
                 import ray

@@ -89,7 +89,7 @@ def tune_trial(config: dict) -> None:
     from ray.tune.integration.ray_train import TuneReportCallback
 
     from isosweep.launch import make_torch_trainer
-    from isosweep.trial import read_records
+    from isosweep.trial import STOP_FILE, read_records
 
     cfg = TrialConfig.model_validate(config["cfg"])
     out = Path(config["out"])
@@ -102,8 +102,9 @@ def tune_trial(config: dict) -> None:
         client.set_tag(run_id, name, str(value))
     logger = tracking.TrialLogger(uri, run_id, out, cfg.eval.k)
     logger.catch_up()
-    if is_finished(out, cfg):
-        tune.report({**read_records(out)[-1], "isosweep/skipped": 1})
+    if is_finished(out, cfg) or (out / STOP_FILE).exists():  # finished, or stopped early by an HPO study
+        records = read_records(out)
+        tune.report({**(records[-1] if records else {}), "isosweep/skipped": 1})
         logger.finish("FINISHED")
         return
     trainer = make_torch_trainer(cfg, out, tracking={"uri": uri, "run_id": run_id},
@@ -111,6 +112,12 @@ def tune_trial(config: dict) -> None:
     try:
         trainer.fit()
     except BaseException as err:
+        if is_finished(out, cfg) or (out / STOP_FILE).exists():
+            # Tune ended this function after the trial's last report or after an early stop (an HPO
+            # study): its Ray Train job went down with it, as it should
+            logger.catch_up()
+            logger.finish("FINISHED")
+            return
         logger.finish("FAILED", reason=f"{type(err).__name__}: {err}")
         raise
     logger.catch_up()

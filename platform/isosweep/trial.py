@@ -15,6 +15,8 @@ Outputs in ``out``:
   ``save_pretrained`` directory (safetensors) plus ``trainer_state.pt``; written to a
   temporary name and renamed, so a crash never leaves a half-written checkpoint.
 
+A file ``STOP`` in ``out`` ends the trial before its next step (an HPO study stopping it early).
+
 Departures from the textbook loop: one optimizer step per batch, so the PPO ratio is 1 at the
 step and the clip only matters when a correction reweights tokens; the KL to the reference and
 the entropy are measured every step even when their coefficients are 0, because they are the
@@ -54,6 +56,9 @@ METRICS_FILE = "metrics.jsonl"
 STEPS_FILE = "steps.jsonl"
 CHECKPOINTS = "checkpoints"
 STATE_FILE = "trainer_state.pt"
+STOP_FILE = "STOP"
+"""Written into a trial's directory by whoever decides to stop it early (an HPO study's stopper or
+scheduler): the loop ends before its next step, and its Ray Train job with it."""
 
 PROBE_POOL, PROBE_SAMPLES = 1024, 8
 """Pool size and samples per problem when a non-tiny model's problem sets must be probed."""
@@ -233,6 +238,10 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
                     report(record)
             window = []
         if step == total_steps:
+            return records
+        if _broadcast((out / STOP_FILE).exists() if rank == 0 else None, world):
+            if rank == 0:
+                log(f"[trial] stopped at step {step}/{total_steps}: {(out / STOP_FILE).read_text().strip()}")
             return records
 
         # 1. sample n completions for each of this worker's Bp / world problems
