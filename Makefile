@@ -90,7 +90,7 @@ cluster-down: $(STAMP)
 	$(BIN)/ray down -y $(CLUSTER)
 
 submit: $(STAMP)
-	$(BIN)/isosweep submit $(SWEEP) $(if $(BUDGET),--budget $(BUDGET)) $(if $(ADDRESS),--address $(ADDRESS),--cluster $(CLUSTER)) --runs "$(or $(RUNS_ON_CLUSTER),~/isosweep/runs/sweeps)"
+	$(BIN)/isosweep submit $(SWEEP) $(if $(BUDGET),--budget $(BUDGET)) $(if $(STUDY_BUDGET),--study-budget $(STUDY_BUDGET)) $(if $(ADDRESS),--address $(ADDRESS),--cluster $(CLUSTER)) --runs "$(or $(RUNS_ON_CLUSTER),~/isosweep/runs/sweeps)"
 
 clean:
 	rm -rf runs .cache .pytest_cache

@@ -104,3 +104,8 @@ def test_the_cli_rejects_a_bad_study_before_any_trial(tmp_path):
     grid = subprocess.run([sys.executable, "-m", "isosweep.cli", "sweep", str(ROOT / "sweeps" / "smoke.yaml"),
                            "--dry-run", "--study-budget", "6x"], env=env, capture_output=True, text=True, timeout=120)
     assert grid.returncode == 2 and "STUDY_BUDGET" in grid.stderr
+    # submitting checks the study the same way before anything is uploaded
+    sub = subprocess.run([sys.executable, "-m", "isosweep.cli", "submit", str(SMOKE), "--address", "http://127.0.0.1:9",
+                          "--study-budget", "0.01x"], env=env, capture_output=True, text=True, timeout=120)
+    assert sub.returncode == 2 and "cannot pay for one trial" in sub.stderr
+

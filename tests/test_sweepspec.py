@@ -10,8 +10,10 @@ import pytest
 import isosweep.sweepspec as S
 from isosweep import config as C
 from isosweep.config import ConfigError
+from isosweep.hpospec import is_hpo_file, load_hpo
 
 ROOT = Path(__file__).resolve().parents[1]
+
 SWEEP_FILES = sorted(p for p in (ROOT / "sweeps").rglob("*.yaml"))
 
 
@@ -19,6 +21,11 @@ SWEEP_FILES = sorted(p for p in (ROOT / "sweeps").rglob("*.yaml"))
 def test_every_file_in_sweeps_loads(path):
     if path.parent.name == "trials":
         assert C.steps(C.load_trial(path)) >= 1
+        return
+    if is_hpo_file(path):
+        study = load_hpo(path)
+        assert study.sweep_id.startswith(f"{study.spec.name}-{study.spec.search}-")
+        assert study.study_budget >= study.cost(study.space.ladder[0][0], study.space.budget_min)
         return
     sweep = S.load_sweep(path)
     assert sweep.trials and sweep.sweep_id.startswith(sweep.spec.name + "-")

@@ -121,10 +121,23 @@ def _submit(args: argparse.Namespace) -> None:
     import subprocess
     import time
 
+    from isosweep.hpospec import is_hpo_file, load_hpo
     from isosweep.submit import how_to_follow, ray_cli, submit
     from isosweep.sweepspec import load_sweep
 
-    sweep = load_sweep(args.spec, args.budget)  # a bad file or budget stops here, before any upload
+    # a bad file or budget stops here, before any upload
+    extra = []
+    if is_hpo_file(args.spec):
+        study = load_hpo(args.spec, args.budget, args.study_budget)
+        what = (f"{study.sweep_id}: {study.spec.search} HPO study, C = {study.budget:,} rollouts, study budget "
+                f"{study.study_budget:,.0f} target-equivalent rollouts")
+        if args.study_budget:
+            extra = ["--study-budget", str(args.study_budget)]
+    else:
+        if args.study_budget:
+            raise ConfigError(f"{args.spec}: --study-budget (STUDY_BUDGET=) is for HPO studies (study: hpo)")
+        sweep = load_sweep(args.spec, args.budget)
+        what = f"{sweep.sweep_id}: {len(sweep.trials)} trials at C = {sweep.budget:,} rollouts"
     env = dict(pair.split("=", 1) for pair in args.env)
     tunnel = None
     address = args.address
@@ -145,8 +158,8 @@ def _submit(args: argparse.Namespace) -> None:
             tunnel.terminate()
             raise RuntimeError(f"no SSH tunnel to the dashboard of {args.cluster} after 120 s: is the cluster up (make cluster-up)?")
     try:
-        print(f"[submit] {sweep.sweep_id}: {len(sweep.trials)} trials at C = {sweep.budget:,} rollouts, to {address}")
-        job = submit(address, args.spec, args.budget, runs=args.runs, env=env, wait=args.wait)
+        print(f"[submit] {what}, to {address}")
+        job = submit(address, args.spec, args.budget, runs=args.runs, env=env, wait=args.wait, extra=extra)
         print(how_to_follow(address, job, args.cluster))
     finally:
         if tunnel is not None:
@@ -246,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_argument("--runs", default="~/isosweep/runs/sweeps",
                      help="where trial directories go on the cluster; a multi-node cluster needs shared storage here "
                           "(EFS, Filestore, NFS) so that a re-submitted sweep finds every trial's checkpoints")
+    sub.add_argument("--study-budget", default=None, help="HPO studies: the total spend (default: the file's)")
     sub.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment variable for the job")
     sub.add_argument("--wait", action="store_true", help="follow the job's logs until it ends")
     sub.set_defaults(run=_submit)

@@ -323,6 +323,9 @@ def frontier_report(uri: str, sweep_id: str, out: str | Path | None, dashboards:
         raise ConfigError(f"no sweep {sweep_id!r} in MLflow at {uri} (experiment '{tracking.EXPERIMENT}')")
     tags, params = parent.data.tags, parent.data.params
     sweep_id = tags[tracking.SWEEP_TAG]
+    if tags.get("isosweep.study") == "hpo":
+        raise ConfigError(f"{sweep_id} is an HPO study, not a grid sweep: it has no frontier; its summary is the "
+                          f"artifact hpo/trials.txt of parent run {parent.info.run_id} (and runs/sweeps/{sweep_id}/hpo/)")
     out = Path(runs_root) / sweep_id / "frontier" if out is None else Path(out)
     metric = tags["isosweep.metric"]
     k = int(metric.split("@")[1])
