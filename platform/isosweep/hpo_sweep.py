@@ -68,7 +68,8 @@ class TrialEntry:
     value: float | None = None
     """The metric at the last evaluation."""
     best: float | None = None
-    """The best evaluation of the metric along the trial (its records, promoted ones included)."""
+    """The best evaluation of the metric along the trial after training started (its records, promoted
+    ones included; not the base model's evaluation at rollouts 0)."""
     cost: float = 0.0
     stop_reason: str = ""
     seconds: float | None = None
@@ -104,6 +105,10 @@ class StudySearch(Searcher):
         self._ids: dict[str, str] = {}  # Tune trial id -> our trial key
         self._queue: list[str] = []  # trials to re-issue after a restart
         self._client = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What Tune pickles with the experiment: everything but the MLflow client (a connection)."""
+        return {**self.__dict__, "_client": None}
 
     # -- state --------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -186,7 +191,8 @@ class StudySearch(Searcher):
             if final:
                 if self.running:
                     return None  # recommend once every running trial's result is in
-                return self._final(index)
+                entry = self._final(index)
+                return entry if entry is not None else Searcher.FINISHED
             return wait
         if left >= 0.5 * study.cost(study.target, study.budget):
             return self._from_inner(index, None)
@@ -216,13 +222,20 @@ class StudySearch(Searcher):
         entry.inner_id = key
         return entry
 
-    def _final(self, index: int) -> TrialEntry:
-        """The recommendation at the target fidelity (promoted if it already ran there at a smaller budget)."""
+    def _final(self, index: int) -> TrialEntry | None:
+        """The recommendation at the target fidelity (promoted if it already ran there at a smaller budget),
+        or None if it already ran there at the full budget."""
         self.final_issued = True
         space = self.study.space
         recommended = self.inner.recommend() or space.from_unit([0.5] * len(space.params) + [1.0, 1.0])
         params = space.hparams(recommended)
         same = self._nearest(space.target, params, self.study.budget, 1e-6)  # undo the unit-cube round trip
+        done = [t for t in self.trials.values() if t.status == "done" and t.size == space.target
+                and t.reached >= self.study.budget
+                and max(abs(p.to_unit(params[p.name]) - p.to_unit(t.params[p.name])) for p in space.params) <= 1e-6]
+        if done:  # the recommendation already ran at the target fidelity: nothing to add
+            self.log(f"[hpo] the recommended configuration already ran at the target fidelity ({done[0].key})")
+            return None
         entry = self._entry(f"t{index:03d}-{space.target}-{self.study.budget}-final", space.target, self.study.budget,
                             dict(same.params) if same else params)
         entry.final = True
@@ -318,7 +331,7 @@ class StudySearch(Searcher):
         trained_to = max([r["step"] for r in steps] + [r["step"] for r in records] + [0]) * cfg_batch
         entry.reached = records[-1]["rollouts"] if records else 0
         entry.value = records[-1][metric] if records else None
-        entry.best = max((r[metric] for r in records), default=None)
+        entry.best = max((r[metric] for r in records if r["rollouts"] > 0), default=None)  # not the base model's
         entry.cost = self.study.cost(entry.size, max(0, trained_to - entry.start_rollouts))
         entry.seconds = (result or {}).get("time_total_s")
         reason = self.reasons(trial_id)

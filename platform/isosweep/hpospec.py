@@ -163,7 +163,7 @@ class HPOStudy:
     def sweep_id(self) -> str:
         """``<name>-<search>-s<seed>-<C>-<hash>``: the same study re-run resumes; a changed one is new."""
         data = {"spec": self.spec.model_dump(mode="json"), "budget": self.budget, "study_budget": self.study_budget,
-                "base": self.base, "objective": "gain over the base model"}
+                "base": self.base, "objective": "gain over the base model", "incumbent": "trained evals only"}
         digest = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:6]
         return f"{self.spec.name}-{self.spec.search}-s{self.spec.seed}-{short_count(self.budget)}-{digest}"
 

@@ -24,7 +24,6 @@ that then wait for workers that cannot be placed.
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 from collections.abc import Callable
@@ -38,8 +37,11 @@ from isosweep.profiles import get_profile, trial_resources
 from isosweep.sweepspec import Sweep
 
 TRIALS = "trials"
-say = functools.partial(print, flush=True)
-"""Progress lines reach a log file or a pipe as they happen, not when a buffer fills."""
+def say(*args, **kwargs) -> None:
+    """``print`` that flushes: progress lines reach a log file or a pipe as they happen, not when a buffer
+    fills. A module-level function, so Tune can pickle what refers to it (a ``partial`` of ``print``
+    cannot be pickled once Ray has swapped ``builtins.print`` in the driver)."""
+    print(*args, flush=True, **kwargs)
 
 
 def trial_dir(sweep_out: Path, key: str) -> Path:
