@@ -64,14 +64,16 @@ class StoppingSpec(_Section):
 
     Each report carries the training statistics averaged since the previous one."""
 
-    tau1: float | None = Field(0.5, gt=0)
-    """Stop when the KL growth ratio ΔKL/KL exceeds tau1 on ``k`` consecutive reports (null: off)."""
+    tau1: float | None = Field(1.0, gt=0)
+    """Stop when the KL growth ratio ΔKL/KL exceeds tau1 on ``k`` consecutive reports (null: off). Reports
+    are the trial's evaluations: with log-spaced ones each doubles the compute, and a healthy KL of the
+    tiny models grew by up to 1.5x between two of them (so 0.5 would stop healthy trials)."""
     k: int = Field(2, ge=1)
     tau2: float | None = Field(0.5, gt=0, le=1)
     """Stop when the train reward falls below (1 - tau2) x its best so far (null: off)."""
     grace: float | None = Field(0.25, gt=0)
     """Stop when the train reward is still zero after grace x C rollouts (null: off)."""
-    kl_floor: float = Field(1e-3, gt=0)
+    kl_floor: float = Field(1e-2, gt=0)
     """KL below this is noise: ratios from it do not count towards ``tau1``."""
 
 
