@@ -41,7 +41,7 @@ def ray_cli() -> str:
 
 def submit(address: str, spec: str, budget: str | None = None, runs: str = "runs/sweeps",
            env: dict[str, str] | None = None, wait: bool = False, working_dir: str | Path = ".",
-           extra: list[str] | None = None, retry_s: float = 120.0) -> str:
+           extra: list[str] | None = None, retry_s: float = 300.0) -> str:
     """Submit the sweep ``spec`` to the Ray cluster whose dashboard is at ``address``; returns the job id.
 
     ``env`` adds environment variables for the job (e.g. ``MLFLOW_TRACKING_URI``). With ``wait``
