@@ -98,7 +98,7 @@ def test_rehearsal_two_ray_nodes_run_the_submitted_smoke_sweep(mlflow_server):
         # the same path as `make submit ADDRESS=... SWEEP=sweeps/smoke.yaml BUDGET=...`
         done = subprocess.run(["make", "-s", "submit", f"ADDRESS={address}", "SWEEP=sweeps/smoke.yaml", "BUDGET=2048",
                                f"RUNS_ON_CLUSTER={runs}"], cwd=ROOT, env=env, capture_output=True, text=True,
-                              timeout=300)
+                              timeout=480)  # submit itself waits up to 300 s for the head's job agent
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         assert "[submit] job raysubmit_" in done.stdout and "ray job logs --address" in done.stdout
         job = done.stdout.split("[submit] job ")[1].split()[0]
