@@ -291,7 +291,8 @@ class StudySearch(Searcher):
     # -- results ------------------------------------------------------------------------------
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         key = self._ids.get(trial_id)
-        if key is not None and self.trials[key].inner_id is not None:
+        # the searchers only use intermediate reports when asked to (JF-HPO's `intermediate`)
+        if key is not None and self.trials[key].inner_id is not None and getattr(self.inner, "intermediate", 0):
             self.inner.on_trial_result(self.trials[key].inner_id, self._as_gain(key, result))
 
     def _as_gain(self, key: str, result: dict) -> dict:
@@ -320,9 +321,9 @@ class StudySearch(Searcher):
         entry = self.trials[key]
         out = trial_dir(self.sweep_out, key)
         records = read_records(out)
+        reason = self.reasons(trial_id)
         if not error and (not records or records[-1]["rollouts"] < entry.budget):
             # stopped early: Tune ends the trial's function, not the Ray Train job it started
-            reason = self.reasons(trial_id)
             (out / STOP_FILE).write_text(str(reason) if reason is not None else f"stopped by {self.study.spec.search}")
             _wait_for_stop(out)
         records, steps = read_records(out), read_steps(out)
@@ -334,7 +335,6 @@ class StudySearch(Searcher):
         entry.best = max((r[metric] for r in records if r["rollouts"] > 0), default=None)  # not the base model's
         entry.cost = self.study.cost(entry.size, max(0, trained_to - entry.start_rollouts))
         entry.seconds = (result or {}).get("time_total_s")
-        reason = self.reasons(trial_id)
         if error:
             entry.status, entry.stop_reason = "failed", "error"
         elif entry.reached >= entry.budget:

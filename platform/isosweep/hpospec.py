@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -31,7 +30,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from isosweep.config import ConfigError, TrialConfig, _Section, merge, parse_overrides, read_yaml, validate
-from isosweep.sweepspec import parse_budget, short_count
+from isosweep.sweepspec import parse_budget, short_count, slug
 
 
 class RangeSpec(_Section):
@@ -131,12 +130,7 @@ class HPOSpec(_Section):
     max_trials: int = Field(200, ge=1)
     """A cap on the number of trials, whatever is left of the study budget."""
 
-    @field_validator("name")
-    @classmethod
-    def _slug(cls, name: str) -> str:
-        if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", name):
-            raise ValueError(f"must be lower case letters, digits and dashes (got {name!r})")
-        return name
+    _slug = field_validator("name")(classmethod(lambda cls, name: slug(name)))
 
     @field_validator("space")
     @classmethod

@@ -101,12 +101,7 @@ class SweepSpec(_Section):
     estimate: EstimateSpec | None = None
     """Optional cost model for ``--dry-run`` on GPU profiles."""
 
-    @field_validator("name")
-    @classmethod
-    def _slug(cls, name: str) -> str:
-        if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", name):
-            raise ValueError(f"must be lower case letters, digits and dashes (got {name!r})")
-        return name
+    _slug = field_validator("name")(classmethod(lambda cls, name: slug(name)))
 
     @model_validator(mode="after")
     def _grid_fits_study(self) -> SweepSpec:
@@ -122,6 +117,13 @@ class SweepSpec(_Section):
                 raise ValueError(f"grid.batch = {g.batch} is not a multiple of n = {uneven}; "
                                  "allowed: n values that divide grid.batch")
         return self
+
+
+def slug(name: str) -> str:
+    """A study name: lower case letters, digits and dashes (it starts every sweep id)."""
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", name):
+        raise ValueError("must be lower case letters, digits and dashes")
+    return name
 
 
 @dataclass(frozen=True)
