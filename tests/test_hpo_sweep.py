@@ -196,10 +196,11 @@ def test_the_study_state_saves_and_restores(mlflow_server, tmp_path):
 
 def test_random_search_runs_at_the_target_fidelity_within_the_budget(mlflow_server, tmp_path):
     uri, _ = mlflow_server
-    study = unit_study(tmp_path, search="random", study_budget="3x")
+    # 3.6 full trials' worth: a fourth trial would overspend by 0.4 of one, so it is not started
+    study = unit_study(tmp_path, search="random", study_budget="3.6x")
     search = StudySearch(study, make_searcher(study), tmp_path, uri, parent_run(uri, study), log=lambda line: None)
     keys = run_study_by_hand(search)
-    assert len(keys) == 3
+    assert len(keys) == 3 and search.spent <= study.study_budget
     assert all(search.trials[k].size == "tiny-1m" and search.trials[k].budget == 512 for k in keys)
     assert search.spent == pytest.approx(3 * study.cost("tiny-1m", 512))
     assert len({json.dumps(search.trials[k].params) for k in keys}) == 3
@@ -325,6 +326,7 @@ def test_asha_and_the_dynamics_stopper_stop_trials_and_say_why(tiny_family, mlfl
     # charged for what was trained, not for the budget it was given
     for t in stopped:
         assert t["cost"] < study.cost("tiny-1m", 512)
+    assert result["spent"] <= study.study_budget  # a trial starts only if the study can pay for all of it
     client = tracking.client(uri)
     runs_by_key = {r.data.tags[tracking.TRIAL_TAG]: r for r in children(client, study.sweep_id)}
     fired = [t for t in stopped if t["stop_reason"] == "kl_growth"]

@@ -66,6 +66,8 @@ def test_overrides_and_the_trial_config_of_a_suggestion():
     ({"budget_min": 0.01}, ["'budget_min'", "less than one optimizer step", "Bp * n = 64"]),
     ({"study_budget": "50"}, ["'study_budget'", "cannot pay for one trial at the lowest fidelity"]),
     ({"study_budget": "lots"}, ["'study_budget'", "not a number"]),
+    # random search and ASHA start every trial at the target's full fidelity
+    ({"search": "random", "study_budget": "0.9x"}, ["'study_budget'", "random uses (tiny-1m at 512 rollouts"]),
     ({"search": "bayes"}, ["'search'", "jfhpo", "asha"]),
     ({"space": {"budget": {"low": 1, "high": 2}}}, ["'budget' cannot be searched"]),
     ({"space": {"algorithm.lr_reff": {"low": 1e-6, "high": 1e-4}}}, ["'space'", "lr_reff", "unknown key"]),

@@ -135,3 +135,59 @@ def test_two_workers_share_one_vllm_actor_without_stale_rollouts(base_model, tmp
     assert [r["rollouts"] for r in records] == [0, 256, 512]
     assert [s["step"] for s in steps] == list(range(1, 17))
     assert all(s["rollout/policy_version"] == s["step"] - 1 for s in steps)
+
+
+def _forever(config: dict) -> None:
+    import time
+
+    import ray.train
+
+    for i in range(1, 10_000):
+        time.sleep(0.2)
+        ray.train.report({"i": i})
+
+
+def _tune_fn(config: dict) -> None:
+    import uuid
+
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    TorchTrainer(_forever, scaling_config=ScalingConfig(num_workers=1, resources_per_worker={"CPU": 0.9}),
+                 run_config=RunConfig(name=f"leak-{uuid.uuid4().hex[:6]}", storage_path=config["store"],
+                                      callbacks=[TuneReportCallback()])).fit()
+
+
+def test_a_trial_tune_stops_gives_its_train_placement_group_back(tmp_path):
+    """Tune ending a trial kills its Ray Train controller; the Train job's placement group (CPUs for
+    its workers) must then be removed, or an HPO study's stopped trials pile up until no trial fits.
+    This failed (the groups stayed) when local Ray ran without the dashboard and its state API."""
+    import sys
+    import time
+
+    import cloudpickle
+    import ray
+    from ray import tune
+
+    from isosweep.launch import ray_init
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray's workers cannot import tests/
+    assert ray_init()
+    try:
+        tuner = tune.Tuner(tune.with_resources(_tune_fn, {"CPU": 0.1}),
+                           param_space={"store": str(tmp_path / "ray"), "x": tune.grid_search([0, 1])},
+                           tune_config=tune.TuneConfig(max_concurrent_trials=1),
+                           run_config=tune.RunConfig(stop={"i": 3}, storage_path=str(tmp_path / "tune"), verbose=0))
+        results = tuner.fit()
+        assert [r.metrics["i"] for r in results] == [3, 3] and not results.errors
+
+        def live() -> list:
+            return [p for p in ray.util.placement_group_table().values() if p["state"] != "REMOVED"]
+
+        deadline = time.monotonic() + 60
+        while live() and time.monotonic() < deadline:
+            time.sleep(1)
+        assert live() == [], "stopped trials kept their Train placement groups"
+    finally:
+        ray.shutdown()

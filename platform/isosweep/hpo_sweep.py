@@ -194,7 +194,9 @@ class StudySearch(Searcher):
                 entry = self._final(index)
                 return entry if entry is not None else Searcher.FINISHED
             return wait
-        if left >= 0.5 * study.cost(study.target, study.budget):
+        # random search and ASHA start every trial at the full fidelity: one starts only if the study can pay for
+        # all of it, so the study never overspends (ASHA's early stops leave room for more trials)
+        if left >= study.cost(study.target, study.budget) - 1e-6:
             return self._from_inner(index, None)
         return wait
 

@@ -257,11 +257,14 @@ def load_hpo(path: str | Path, budget: int | str | float | None = None,
     except ValueError as err:
         raise ConfigError(f"{source}: {err}") from None
     study = HPOStudy(spec=spec, path=path, budget=high, study_budget=total, space=space, base=base, batch=batch)
-    cheapest = study.cost(names[0], low)
+    # JF-HPO can start at the smallest size and budget; random search and ASHA start every trial at the target's
+    # full fidelity (ASHA may stop it early, but cannot know that when it starts it)
+    low_size, low_budget = (names[0], low) if spec.search == "jfhpo" else (names[-1], high)
+    cheapest = study.cost(low_size, low_budget)
     if total < cheapest:
         raise ConfigError(f"{source}: key 'study_budget': {total:,.0f} target-equivalent rollouts cannot pay for one "
-                          f"trial at the lowest fidelity ({names[0]} at {low} rollouts costs {cheapest:,.0f}); "
-                          "allowed: a larger study_budget (e.g. 6x) or STUDY_BUDGET=")
+                          f"trial at the lowest fidelity {spec.search} uses ({low_size} at {low_budget} rollouts costs "
+                          f"{cheapest:,.0f}); allowed: a larger study_budget (e.g. 6x) or STUDY_BUDGET=")
     # every searched key must be a real trial key: try the ranges' ends at the cheapest and the target fidelity
     for end in ("low", "high"):
         params = {k: getattr(r, end) for k, r in spec.space.items()}

@@ -37,7 +37,10 @@ def ray_init(address: str | None = None, log_to_driver: bool = True) -> bool:
 
     if ray.is_initialized():
         return False
-    ray.init(address=address, include_dashboard=False, log_to_driver=log_to_driver,
+    # The dashboard serves Ray's state API. Without it, Ray Train's placement-group cleaner never
+    # learns that the controller of a trial Tune stopped (an ASHA or early stop) has died, so the
+    # trial's placement group is never removed: its CPUs stay reserved and later trials wait forever.
+    ray.init(address=address, include_dashboard=True, log_to_driver=log_to_driver,
              runtime_env={"env_vars": {k: os.environ[k] for k in RAY_ENV}})
     return True
 
