@@ -5,7 +5,7 @@
 #   make ais-study [BUDGET=20000]   bf16 vs fp8 rollouts, none/tis/ais corrections -> dashboards/ais-study
 #   make bench                      engine throughput and a trial's time split -> bench/results.json
 #   make hpo-bench [PART=synthetic|real]  JF-HPO vs random / ASHA: Hartmann test function (seconds) and tiny-family
-#                                   studies (~30 min) -> bench/hpo.json, dashboards/hpo-bench/
+#                                   studies (about an hour on 2 cores) -> bench/hpo.json, dashboards/hpo-bench/
 #   make sweep SWEEP=sweeps/jfhpo.yaml [BUDGET=8192] [STUDY_BUDGET=4x]   an HPO study (JF-HPO; search: random | asha)
 #   make sweep [BUDGET=1e5] [SWEEP=sweeps/isocompute-easy.yaml]
 #                                   iso-compute sweep on local Ray + MLflow; prints the frontier table

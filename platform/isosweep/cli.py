@@ -167,11 +167,11 @@ def _submit(args: argparse.Namespace) -> None:
 
 
 def _hpo_bench(args: argparse.Namespace) -> None:
-    from isosweep.hpo_bench import run
+    from isosweep.hpo_bench import MARGINS, run
 
     run(args.out, part=args.part, seeds=args.seeds, cost_budget=args.cost_budget, threshold=args.threshold,
         spec=args.spec, real_seeds=args.real_seeds, budget=args.budget, study_budget=args.study_budget,
-        margin=args.margin, runs_root=Path(args.runs).expanduser())
+        margins=tuple(args.margin or MARGINS), runs_root=Path(args.runs).expanduser())
 
 
 def _ui(args: argparse.Namespace) -> None:
@@ -275,8 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     hpo.add_argument("--real-seeds", type=int, default=3, help="(b) searcher seeds per method (default: 3)")
     hpo.add_argument("--budget", default=None, help="(b) C, the full-fidelity budget (default: the file's)")
     hpo.add_argument("--study-budget", default=None, help="(b) the study budget (default: the file's)")
-    hpo.add_argument("--margin", type=float, default=0.02,
-                     help="(b) threshold = the target base model's eval + margin (default: 0.02)")
+    hpo.add_argument("--margin", type=float, action="append",
+                     help="(b) a threshold = the target base model's eval + margin; repeat for several "
+                          "(default: 0.01 and 0.02)")
     hpo.add_argument("--runs", default="runs/sweeps", help="(b) where the studies' trial directories go")
     hpo.add_argument("--out", default="bench/hpo.json", help="where to write the figures")
     hpo.set_defaults(run=_hpo_bench)
