@@ -41,7 +41,7 @@ from ray.tune.search import Searcher
 
 from isosweep import tracking
 from isosweep.hpospec import HPOStudy
-from isosweep.sweep import _duration, _flat, resources_of, say, trial_dir, tune_trial
+from isosweep.sweep import _duration, resources_of, say, trial_dir
 from isosweep.trial import STOP_FILE
 
 STATE_FILE = "search.pkl"
@@ -486,11 +486,9 @@ def run_hpo(study: HPOStudy, runs_root: str | Path = "runs/sweeps", dashboards: 
             address: str | None = None, log: Callable[[str], None] = say, progress_every_s: float = 30.0
             ) -> dict | None:
     """Run (or resume) ``study``; returns its summary (see :func:`summary`), or None if interrupted."""
-    from ray import tune
-
     from isosweep.launch import ray_init
     from isosweep.profiles import get_profile
-    from isosweep.sweep import max_concurrency
+    from isosweep.sweep import fit_trials, max_concurrency
 
     sweep_out = (Path(runs_root) / study.sweep_id).resolve()
     sweep_out.mkdir(parents=True, exist_ok=True)
@@ -532,19 +530,8 @@ def run_hpo(study: HPOStudy, runs_root: str | Path = "runs/sweeps", dashboards: 
 
                 scheduler = asha_scheduler(study.space, study.metric, "max", time_attr="rollouts",
                                            reduction_factor=spec.asha.reduction_factor)
-            attempt = len(list((sweep_out / "tune").glob("attempt-*"))) if (sweep_out / "tune").exists() else 0
-            tuner = tune.Tuner(
-                tune.with_resources(_flat(tune_trial), {"CPU": driver.CPU, "GPU": driver.GPU}),
-                tune_config=tune.TuneConfig(
-                    search_alg=search, scheduler=scheduler, num_samples=-1, max_concurrent_trials=concurrency,
-                    trial_name_creator=lambda t: t.config["trial"]["key"],
-                    trial_dirname_creator=lambda t: t.config["trial"]["key"]),
-                run_config=tune.RunConfig(
-                    name=f"attempt-{attempt}", storage_path=str(sweep_out / "tune"), verbose=0, stop=stopper,
-                    callbacks=[_progress(search, log, progress_every_s)],
-                    failure_config=tune.FailureConfig(max_failures=1)),
-            )
-            tuner.fit()
+            fit_trials(sweep_out, driver, concurrency, [_progress(search, log, progress_every_s)], stop=stopper,
+                       search_alg=search, scheduler=scheduler, num_samples=-1)
         except KeyboardInterrupt:
             pass
         finally:

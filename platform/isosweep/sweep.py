@@ -232,20 +232,9 @@ def run_sweep(sweep: Sweep, runs_root: str | Path = "runs/sweeps", dashboards: s
             points = [{"key": p.key, "config_key": p.config_key, "cfg": p.cfg.model_dump(mode="json"),
                        "out": str(trial_dir(sweep_out, p.key)), "sweep_id": sweep.sweep_id,
                        "parent_run_id": parent_id, "tracking_uri": uri} for p in pending]
-            attempt = len(list((sweep_out / "tune").glob("attempt-*"))) if (sweep_out / "tune").exists() else 0
-            tuner = tune.Tuner(
-                tune.with_resources(_flat(tune_trial), {"CPU": driver.CPU, "GPU": driver.GPU}),
-                param_space={"trial": tune.grid_search(points)},
-                tune_config=tune.TuneConfig(
-                    max_concurrent_trials=concurrency,
-                    trial_name_creator=lambda t: t.config["trial"]["key"],
-                    trial_dirname_creator=lambda t: t.config["trial"]["key"]),
-                run_config=tune.RunConfig(
-                    name=f"attempt-{attempt}", storage_path=str(sweep_out / "tune"), verbose=0,
-                    callbacks=[_progress_callback(sweep, sweep_out, log, progress_every_s)],
-                    failure_config=tune.FailureConfig(max_failures=1)),
-            )
-            results = tuner.fit()
+            results = fit_trials(sweep_out, driver, concurrency,
+                                 [_progress_callback(sweep, sweep_out, log, progress_every_s)],
+                                 param_space={"trial": tune.grid_search(points)})
             interrupted = not results.errors  # Tune stops gracefully on Ctrl-C and returns
         except KeyboardInterrupt:
             interrupted = True
@@ -265,6 +254,31 @@ def run_sweep(sweep: Sweep, runs_root: str | Path = "runs/sweeps", dashboards: s
                                log=log)
     client.set_terminated(parent_id, status="FINISHED")
     return analysis
+
+
+def fit_trials(sweep_out: Path, driver, concurrency: int, callbacks: list, param_space: dict | None = None,
+               stop=None, **tune_config):
+    """Run :func:`tune_trial` on Ray Tune for a sweep or an HPO study; returns Tune's results.
+
+    Each trial reserves ``driver`` (its hardware profile's driver resources) and is named by its key;
+    each run of the same sweep is a new Tune experiment ``attempt-N`` under ``sweep_out/tune``.
+    ``tune_config`` adds ``TuneConfig`` arguments (an HPO study's searcher and scheduler).
+    """
+    from ray import tune
+
+    attempt = len(list((sweep_out / "tune").glob("attempt-*"))) if (sweep_out / "tune").exists() else 0
+    tuner = tune.Tuner(
+        tune.with_resources(_flat(tune_trial), {"CPU": driver.CPU, "GPU": driver.GPU}),
+        param_space=param_space,
+        tune_config=tune.TuneConfig(
+            max_concurrent_trials=concurrency,
+            trial_name_creator=lambda t: t.config["trial"]["key"],
+            trial_dirname_creator=lambda t: t.config["trial"]["key"], **tune_config),
+        run_config=tune.RunConfig(
+            name=f"attempt-{attempt}", storage_path=str(sweep_out / "tune"), verbose=0, stop=stop,
+            callbacks=callbacks, failure_config=tune.FailureConfig(max_failures=1)),
+    )
+    return tuner.fit()
 
 
 def _flat(fn):
