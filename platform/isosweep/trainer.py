@@ -24,13 +24,19 @@ from isosweep.config import TrialConfig, learning_rate
 
 def init_distributed(backend: str) -> tuple[int, int]:
     """Join (or create, as a world of one) the trainer's process group; returns ``(rank, world_size)``."""
-    if not dist.is_initialized():
-        if "RANK" not in os.environ:  # not launched by Ray Train or torchrun: a world of one
+    if "RANK" not in os.environ:  # not launched by Ray Train or torchrun: a world of one
+        if dist.is_initialized():
+            # a group this process already has (an in-process vLLM engine makes one): DeepSpeed joins it,
+            # but reads the launcher's variables
+            os.environ.update(RANK=str(dist.get_rank()), WORLD_SIZE=str(dist.get_world_size()), LOCAL_RANK="0",
+                              LOCAL_WORLD_SIZE="1")
+        else:
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
                 port = s.getsockname()[1]
             os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1",
                               LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+    if not dist.is_initialized():
         import deepspeed
 
         deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
