@@ -13,7 +13,7 @@ EASY = ROOT / "sweeps" / "trials" / "easy.yaml"
 @pytest.fixture(scope="session")
 def base_model() -> Path:
     """The tiny-1m arithmetic base model (built and cached on first use)."""
-    from isosweep.models import ensure_base_model
+    from isosweep.models.warmup import ensure_base_model
 
     return ensure_base_model("tiny-1m", "arithmetic", 0)
 
@@ -36,17 +36,17 @@ def mlflow_server(tmp_path_factory):
     """
     import os
 
-    from isosweep import tracking
+    from isosweep.track import server
 
     env = {"ISOSWEEP_MLFLOW_DIR": str(tmp_path_factory.mktemp("mlflow")), "ISOSWEEP_MLFLOW_PORT": str(free_port())}
     saved = {key: os.environ.get(key) for key in (*env, "MLFLOW_TRACKING_URI")}
     os.environ.update(env)
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     try:
-        uri = tracking.ensure_server(log=lambda line: None)
+        uri = server.ensure_server(log=lambda line: None)
         yield uri, env
     finally:
-        tracking.stop_server()
+        server.stop_server()
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)

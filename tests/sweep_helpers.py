@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from isosweep import tracking
+from isosweep.track import runs
 
 ROOT = Path(__file__).resolve().parents[1]
 ISOSWEEP = str(Path(sys.executable).with_name("isosweep"))
@@ -20,8 +20,8 @@ def env_for(mlflow_env: dict) -> dict:
 
 
 def children(client, sweep_id: str) -> list:
-    return client.search_runs([tracking.experiment_id(client)],
-                              filter_string=f"tags.`{tracking.SWEEP_TAG}` = '{sweep_id}' and tags.`isosweep.kind` = 'trial'")
+    return client.search_runs([runs.experiment_id(client)],
+                              filter_string=f"tags.`{runs.SWEEP_TAG}` = '{sweep_id}' and tags.`isosweep.kind` = 'trial'")
 
 
 def wait_for(predicate, timeout: float, what: str) -> None:

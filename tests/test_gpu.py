@@ -25,7 +25,7 @@ EASY = ROOT / "sweeps" / "trials" / "easy.yaml"
 def test_nccl_process_group_reduces_on_the_gpu():
     import torch.distributed as dist
 
-    from isosweep.trainer import init_distributed
+    from isosweep.trial.learner import init_distributed
 
     rank, world = init_distributed("nccl")
     assert dist.get_backend() == "nccl" and (rank, world) == (0, 1)
@@ -35,7 +35,7 @@ def test_nccl_process_group_reduces_on_the_gpu():
 
 
 def test_fp8_roundtrip_is_the_same_on_gpu_and_cpu():
-    from isosweep.fp8 import fp8_roundtrip
+    from isosweep.rollout.fp8 import fp8_roundtrip
 
     w = torch.randn(512, 256, generator=torch.Generator().manual_seed(0))
     assert torch.equal(fp8_roundtrip(w.cuda()).cpu(), fp8_roundtrip(w))
@@ -46,8 +46,14 @@ def test_deepspeed_bf16_trainer_saves_and_restores_full_weights(base_model, tmp_
     pytest.importorskip("deepspeed", reason="DeepSpeed is not installed")
     from transformers import AutoModelForCausalLM
 
-    from isosweep.config import load_trial
-    from isosweep.trainer import gathered_state_dict, init_distributed, load_state, make_trainer, save_state
+    from isosweep.spec.trial import load_trial
+    from isosweep.trial.learner import (
+        gathered_state_dict,
+        init_distributed,
+        load_state,
+        save_state,
+    )
+    from isosweep.trial.learner import make_learner as make_trainer
 
     init_distributed("nccl")
     cfg = load_trial(EASY, [f"trainer.zero_stage={stage}"])
@@ -72,13 +78,14 @@ def test_deepspeed_bf16_trainer_saves_and_restores_full_weights(base_model, tmp_
 
 def test_grpo_trial_runs_on_the_gpu(base_model, tmp_path):
     pytest.importorskip("deepspeed", reason="DeepSpeed is not installed")
-    from isosweep.config import load_trial
-    from isosweep.trial import read_steps, train_loop
+    from isosweep.spec.trial import load_trial
+    from isosweep.trial.files import TrialDir
+    from isosweep.trial.loop import train_loop
 
     cfg = load_trial(EASY, ["budget=1024", "Bp=16", "n=8", "eval.every=4", "task.eval_problems=64",
                             "rollout.engine=hf", "rollout.precision=fp8", "algorithm.correction=ais"])
     records = train_loop(cfg, tmp_path, log=print)
-    steps = read_steps(tmp_path)
+    steps = TrialDir(tmp_path).steps()
     assert [r["rollouts"] for r in records] == [0, 512, 1024]
     assert all(s["rollout/policy_version"] == s["step"] - 1 for s in steps)
     assert all(0 <= s["ais/alpha"] <= 1 and s["mismatch/logp_abs_diff_mean"] > 0 for s in steps)
@@ -87,7 +94,7 @@ def test_grpo_trial_runs_on_the_gpu(base_model, tmp_path):
 
 def test_vllm_fp8_engine_on_the_gpu(base_model):
     pytest.importorskip("vllm", reason="vLLM is not installed")
-    from isosweep.vllm_engine import VLLMEngine
+    from isosweep.rollout.vllm import VLLMEngine
 
     engine = VLLMEngine(str(base_model), 8, 1.0, precision="fp8", gpu=True,
                         engine_kwargs={"gpu_memory_utilization": 0.2})
@@ -110,7 +117,7 @@ def test_multi_gpu_weight_sync(base_model, monkeypatch):
     ray = pytest.importorskip("ray", reason="Ray is not installed")
     from transformers import AutoModelForCausalLM
 
-    from isosweep.rollout import RolloutPool
+    from isosweep.rollout.pool import RolloutPool
 
     def score(engine, texts):
         """(Runs in the actor.) Log-prob of every token but the first of each text, flattened."""

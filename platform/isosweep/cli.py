@@ -21,12 +21,20 @@ import os
 import sys
 from pathlib import Path
 
-from isosweep.config import ConfigError, load_trial
+from isosweep.spec.grid import Sweep
+from isosweep.spec.hpo import HPOStudy
+from isosweep.spec.study import load_study
+from isosweep.spec.trial import load_trial
+from isosweep.spec.yamlio import ConfigError
+from isosweep.track import server
+
+# The commands import what runs trials (torch, Ray, DeepSpeed, MLflow: seconds of imports) inside
+# their functions, once the config is known to be good, so `isosweep --help` and a bad file answer at once.
 
 
 def _trial(args: argparse.Namespace) -> None:
     cfg = load_trial(args.config, args.set)
-    from isosweep.launch import run_trial  # heavy imports only once the config is known to be good
+    from isosweep.trial.job import run_trial  # torch, Ray, DeepSpeed
 
     records = run_trial(cfg, args.out, address=args.address)
     first, last = records[0], records[-1]
@@ -36,8 +44,8 @@ def _trial(args: argparse.Namespace) -> None:
 
 
 def _models_build(args: argparse.Namespace) -> None:
-    from isosweep.models import SIZES, ensure_base_model
-    from isosweep.models.warmup import REPORT_FILE
+    from isosweep.models.sizes import SIZES
+    from isosweep.models.warmup import REPORT_FILE, ensure_base_model  # torch, transformers
 
     for size in args.sizes or list(SIZES):
         path = ensure_base_model(size, args.task, args.seed)
@@ -47,7 +55,7 @@ def _models_build(args: argparse.Namespace) -> None:
 
 
 def _ais_study(args: argparse.Namespace) -> None:
-    from isosweep.ais_study import run_study
+    from isosweep.experiments.ais_study import run_study  # torch, Ray, DeepSpeed
 
     rows = run_study(args.out, args.budget, extra=args.set, address=args.address)
     print((Path(args.out) / "table.md").read_text())
@@ -55,35 +63,27 @@ def _ais_study(args: argparse.Namespace) -> None:
 
 
 def _bench(args: argparse.Namespace) -> None:
-    from isosweep.bench import main as bench
+    from isosweep.experiments.bench import main as bench  # torch, Ray, DeepSpeed
 
     bench(args.out, engines=args.engines, sizes=args.sizes)
 
 
 def _sweep(args: argparse.Namespace) -> None:
-    from isosweep.hpospec import is_hpo_file
-    from isosweep.sweepspec import load_sweep
-
-    if is_hpo_file(args.spec):
-        return _hpo(args)
-    if args.study_budget is not None:
-        raise ConfigError(f"{args.spec}: --study-budget (STUDY_BUDGET=) is for HPO studies (study: hpo), not grid sweeps")
-    sweep = load_sweep(args.spec, args.budget)
+    study = load_study(args.spec, args.budget, args.study_budget)
+    if isinstance(study, HPOStudy):
+        return _hpo(study, args)
     if args.dry_run:
-        _dry_run(sweep, args.cluster)
+        _dry_run(study, args.cluster)
         return
-    from isosweep.sweep import run_sweep
+    from isosweep.run.grid import run_sweep  # Ray, torch, MLflow
 
-    analysis = run_sweep(sweep, runs_root=Path(args.runs).expanduser(), dashboards=None if args.no_dashboards else args.dashboards,
+    analysis = run_sweep(study, runs_root=Path(args.runs).expanduser(), dashboards=None if args.no_dashboards else args.dashboards,
                          address=args.address, progress_every_s=args.progress_every)
     if analysis is None:
         raise SystemExit(130)
 
 
-def _hpo(args: argparse.Namespace) -> None:
-    from isosweep.hpospec import load_hpo
-
-    study = load_hpo(args.spec, args.budget, args.study_budget)
+def _hpo(study: HPOStudy, args: argparse.Namespace) -> None:
     if args.dry_run:
         space, first = study.space, study.space.ladder[0][0]
         print(f"{study.sweep_id}: {study.spec.search} search over {', '.join(space.names)}\n"
@@ -93,7 +93,7 @@ def _hpo(args: argparse.Namespace) -> None:
               f"{study.study_budget / study.cost(study.target, study.budget):.2f} full-fidelity trials or "
               f"{study.study_budget / study.cost(first, space.budget_min):.0f} trials at the lowest fidelity")
         return
-    from isosweep.hpo_sweep import run_hpo
+    from isosweep.run.hpo import run_hpo  # Ray, BoTorch, torch, MLflow
 
     result = run_hpo(study, runs_root=Path(args.runs).expanduser(),
                      dashboards=None if args.no_dashboards else args.dashboards, address=args.address,
@@ -102,17 +102,16 @@ def _hpo(args: argparse.Namespace) -> None:
         raise SystemExit(130)
 
 
-def _dry_run(sweep, cluster: str | None = None) -> None:
-    from isosweep.plan import plan
+def _dry_run(sweep: Sweep, cluster: str | None = None) -> None:
+    from isosweep.run.plan import plan  # Ray (through the runner core)
 
     print(plan(sweep, cluster))
 
 
 def _frontier(args: argparse.Namespace) -> None:
-    from isosweep import tracking
-    from isosweep.sweep import frontier_report
+    from isosweep.run.grid import frontier_report  # Ray, MLflow
 
-    uri = tracking.ensure_server()
+    uri = server.ensure_server()
     frontier_report(uri, args.sweep_id, args.out, dashboards=args.dashboards, prefix=True, runs_root=args.runs)
 
 
@@ -121,23 +120,18 @@ def _submit(args: argparse.Namespace) -> None:
     import subprocess
     import time
 
-    from isosweep.hpospec import is_hpo_file, load_hpo
-    from isosweep.submit import how_to_follow, ray_cli, submit
-    from isosweep.sweepspec import load_sweep
+    from isosweep.run.submit import how_to_follow, ray_cli, submit  # Ray's job client
 
     # a bad file or budget stops here, before any upload
     extra = []
-    if is_hpo_file(args.spec):
-        study = load_hpo(args.spec, args.budget, args.study_budget)
+    study = load_study(args.spec, args.budget, args.study_budget or None)
+    if isinstance(study, HPOStudy):
         what = (f"{study.sweep_id}: {study.spec.search} HPO study, C = {study.budget:,} rollouts, study budget "
                 f"{study.study_budget:,.0f} target-equivalent rollouts")
         if args.study_budget:
             extra = ["--study-budget", str(args.study_budget)]
     else:
-        if args.study_budget:
-            raise ConfigError(f"{args.spec}: --study-budget (STUDY_BUDGET=) is for HPO studies (study: hpo)")
-        sweep = load_sweep(args.spec, args.budget)
-        what = f"{sweep.sweep_id}: {len(sweep.trials)} trials at C = {sweep.budget:,} rollouts"
+        what = f"{study.sweep_id}: {len(study.trials)} trials at C = {study.budget:,} rollouts"
     env = dict(pair.split("=", 1) for pair in args.env)
     tunnel = None
     address = args.address
@@ -167,7 +161,7 @@ def _submit(args: argparse.Namespace) -> None:
 
 
 def _hpo_bench(args: argparse.Namespace) -> None:
-    from isosweep.hpo_bench import MARGINS, run
+    from isosweep.experiments.hpo_bench import MARGINS, run  # Ray, BoTorch, torch
 
     run(args.out, part=args.part, seeds=args.seeds, cost_budget=args.cost_budget, threshold=args.threshold,
         spec=args.spec, real_seeds=args.real_seeds, budget=args.budget, study_budget=args.study_budget,
@@ -175,17 +169,15 @@ def _hpo_bench(args: argparse.Namespace) -> None:
 
 
 def _ui(args: argparse.Namespace) -> None:
-    from isosweep import tracking
-
     if args.stop:
-        print("[mlflow] stopped" if tracking.stop_server() else "[mlflow] no local server was running")
+        print("[mlflow] stopped" if server.stop_server() else "[mlflow] no local server was running")
         return
-    uri = tracking.ensure_server()
+    uri = server.ensure_server()
     if os.environ.get("DISPLAY") or sys.platform == "darwin":  # a desktop: open it there too
         import webbrowser
 
         webbrowser.open(uri)
-    print(f"[mlflow] UI at {uri} -- experiment '{tracking.EXPERIMENT}'; each sweep is a parent run with its "
+    print(f"[mlflow] UI at {uri} -- experiment '{server.EXPERIMENT}'; each sweep is a parent run with its "
           "frontier under Artifacts > frontier. Stop it with `make ui-stop`. On a remote machine: ssh -L 5000:127.0.0.1:5000 <host>")
 
 

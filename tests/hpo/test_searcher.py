@@ -9,8 +9,13 @@ import pytest
 import torch
 from scipy.stats import norm
 
-from isosweep.hpo.searcher import (CostAwareLogEI, JFHPOSearcher, RandomSearcher, asha_scheduler,
-                                   fit_cost_model)
+from isosweep.hpo.searcher import (
+    CostAwareLogEI,
+    JFHPOSearcher,
+    RandomSearcher,
+    asha_scheduler,
+    fit_cost_model,
+)
 from isosweep.hpo.space import Param, SearchSpace
 
 SIZES = {"tiny-0.3m": 322880, "tiny-1m": 955776, "tiny-5m": 4830464}

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import pytest
 
-from isosweep.hpo.stopping import DynamicsStopper, first_stop, kl_growth, reward_drop, zero_reward
+from isosweep.hpo.stopping import (
+    DynamicsStopper,
+    first_stop,
+    kl_growth,
+    reward_drop,
+    zero_reward,
+)
 
 STEP = 64  # rollouts per report
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, Qwen2ForCausalLM
 
-from isosweep.models.family import SIZES, qwen2_config
+from isosweep.models.family import qwen2_config
+from isosweep.models.sizes import SIZES
 from isosweep.models.tokenizer import char_tokenizer
 
 EXPECTED = {"tiny-0.3m": 0.3e6, "tiny-1m": 1e6, "tiny-5m": 5e6}

@@ -11,8 +11,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import isosweep.tasks
-from isosweep.tasks import ALPHABET, TASKS, Problem, Task, get_task, split_of
-from isosweep.tasks import arithmetic, base, countdown, jsonl
+from isosweep.tasks import (
+    ALPHABET,
+    TASKS,
+    Problem,
+    Task,
+    arithmetic,
+    base,
+    countdown,
+    get_task,
+    jsonl,
+    split_of,
+)
 
 SYNTHETIC = sorted(TASKS)
 

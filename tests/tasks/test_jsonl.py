@@ -10,7 +10,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from isosweep.tasks import Problem, get_task, split_of
-from isosweep.tasks.jsonl import SPLIT_KEY_NAME, JsonlTask, extract_answer, numeric_reward
+from isosweep.tasks.jsonl import (
+    SPLIT_KEY_NAME,
+    JsonlTask,
+    extract_answer,
+    numeric_reward,
+)
 
 
 @pytest.mark.parametrize(

@@ -119,7 +119,7 @@ def _is_hyperparameter(name: str) -> bool:
     return "outcome_transform" not in name and "input_transform" not in name
 
 
-class _StudySearcher(Searcher, abc.ABC):
+class BaseSearcher(Searcher, abc.ABC):
     """Bookkeeping shared by JF-HPO and the random baseline: live trials, observations, the study
     budget and save/restore. Subclasses implement ``_propose() -> unit vector``."""
 
@@ -286,7 +286,7 @@ class _StudySearcher(Searcher, abc.ABC):
             self.set_state(pickle.load(f))
 
 
-class RandomSearcher(_StudySearcher):
+class RandomSearcher(BaseSearcher):
     """Random-search baseline: hyperparameters uniform on the unit cube (so log-uniform for log
     parameters), run at the target fidelity unless ``fidelity`` names another ``(size, budget)``."""
 
@@ -313,7 +313,7 @@ def asha_scheduler(space: SearchSpace, metric: str | None = None, mode: str | No
                          grace_period=space.budget_min, reduction_factor=reduction_factor)
 
 
-class JFHPOSearcher(_StudySearcher):
+class JFHPOSearcher(BaseSearcher):
     """Joint-fidelity Bayesian HPO: multi-fidelity GP + cost-aware EI, as a Ray Tune searcher.
 
     ``JFHPOSearcher(space, metric, mode="max", study_budget=..., cost_fn=...)``.
@@ -349,7 +349,7 @@ class JFHPOSearcher(_StudySearcher):
         self._hyper_start: dict[str, torch.Tensor] | None = None
         self._hyper_n = -1
 
-    _STATE = (*_StudySearcher._STATE, "n_init", "_init_design", "cost_prior", "_hyper", "_hyper_start",
+    _STATE = (*BaseSearcher._STATE, "n_init", "_init_design", "cost_prior", "_hyper", "_hyper_start",
               "_hyper_n")
 
     def _invalidate(self) -> None:

@@ -1,44 +1,12 @@
 """The tiny Qwen2 model family and the base models built from it.
 
-``ensure_base_model(size, task, seed)`` returns a directory that loads with
-``AutoModelForCausalLM.from_pretrained(path)`` and ``AutoTokenizer.from_pretrained(path)``,
-building and caching it on first use. ``resolve_model`` maps a trial's ``model.name`` to what
-``from_pretrained`` takes: a tiny size becomes its cached base model; anything else (a local
-path or a hub name such as ``Qwen/Qwen2.5-0.5B``) is passed through unchanged.
+- ``sizes``       the size table and parameter counts (no torch: a config loads without it)
+- ``family``      a size -> its Hugging Face ``Qwen2Config``
+- ``tokenizer``   the character-level tokenizer, a Hugging Face fast tokenizer
+- ``problemsets`` easy and hard problem sets from a base model's measured pass rates
+- ``warmup``      the supervised warm-up that makes a base model, cached on disk;
+                  ``ensure_base_model(size, task, seed)`` returns a directory that loads with
+                  ``from_pretrained``, and ``resolve_model`` maps a trial's ``model.name`` to it
+
+The package imports nothing itself, so importing ``isosweep.models.sizes`` stays light.
 """
-
-from __future__ import annotations
-
-from isosweep.models.family import SIZES, TinySize, qwen2_config
-from isosweep.models.tokenizer import char_tokenizer
-from isosweep.models.warmup import (
-    PROBE_FILE,
-    RECIPES,
-    REPORT_FILE,
-    WARMUP_VERSION,
-    base_model_dir,
-    cache_root,
-    ensure_base_model,
-)
-
-__all__ = [
-    "PROBE_FILE",
-    "RECIPES",
-    "REPORT_FILE",
-    "SIZES",
-    "TinySize",
-    "WARMUP_VERSION",
-    "base_model_dir",
-    "cache_root",
-    "char_tokenizer",
-    "ensure_base_model",
-    "qwen2_config",
-    "resolve_model",
-]
-
-
-def resolve_model(name: str, task: str, seed: int = 0) -> str:
-    """What ``from_pretrained`` should load for ``model.name``: a tiny size's base model, or ``name`` itself."""
-    if name in SIZES:
-        return str(ensure_base_model(name, task, seed))
-    return name

@@ -1,7 +1,7 @@
 """The tiny Qwen2 model family: a few sizes of one architecture, small enough for a 2-core CPU.
 
 Every size keeps ``head_dim = 32`` because vLLM's CPU attention backend rejects smaller heads.
-Parameter counts (with the 23-token character vocabulary, tied embeddings):
+Parameter counts (with the 22-token character vocabulary, tied embeddings):
 
 ==========  ======  ======  =====  ============  ==========
 size        hidden  layers  heads  intermediate  parameters
@@ -14,30 +14,9 @@ tiny-5m     256     6       8      704           ~4.8M
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from transformers import Qwen2Config
 
-
-@dataclass(frozen=True)
-class TinySize:
-    """Shape of one member of the tiny family."""
-
-    hidden: int
-    """Model width (hidden size)."""
-    layers: int
-    """Number of transformer blocks."""
-    intermediate: int
-    """Width of the MLP."""
-    head_dim: int = 32
-    """Width of one attention head; vLLM's CPU backend needs at least 32."""
-
-
-SIZES: dict[str, TinySize] = {
-    "tiny-0.3m": TinySize(hidden=64, layers=6, intermediate=192),
-    "tiny-1m": TinySize(hidden=128, layers=4, intermediate=448),
-    "tiny-5m": TinySize(hidden=256, layers=6, intermediate=704),
-}
+from isosweep.models.sizes import SIZES
 
 
 def qwen2_config(size: str, vocab_size: int, pad_token_id: int, eos_token_id: int) -> Qwen2Config:
@@ -59,16 +38,3 @@ def qwen2_config(size: str, vocab_size: int, pad_token_id: int, eos_token_id: in
         bos_token_id=eos_token_id,
         torch_dtype="float32",
     )
-
-
-def param_count(size: str) -> int:
-    """Parameters of a tiny size with the character tokenizer's vocabulary (built on the meta device: no memory)."""
-    import torch
-    from transformers import Qwen2ForCausalLM
-
-    from isosweep.models.tokenizer import char_tokenizer
-
-    tok = char_tokenizer()
-    with torch.device("meta"):
-        model = Qwen2ForCausalLM(qwen2_config(size, len(tok), tok.pad_token_id, tok.eos_token_id))
-    return sum(p.numel() for p in model.parameters())

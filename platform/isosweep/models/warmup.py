@@ -28,10 +28,11 @@ from pathlib import Path
 import torch
 from transformers import Qwen2ForCausalLM
 
-from isosweep.models.family import SIZES, qwen2_config
+from isosweep.models.family import qwen2_config
+from isosweep.models.problemsets import level_pass_rates, probe_pass_rates
+from isosweep.models.sizes import SIZES
 from isosweep.models.tokenizer import char_tokenizer
-from isosweep.problemsets import level_pass_rates, probe_pass_rates
-from isosweep.rollout import HFEngine
+from isosweep.rollout.hf import HFEngine
 from isosweep.tasks import Task, get_task
 
 WARMUP_VERSION = "1"
@@ -179,3 +180,10 @@ def build_base_model(size: str, task_name: str, seed: int, out: Path,
     (out / REPORT_FILE).write_text(json.dumps(report, indent=2))
     log(f"[warm-up {size}/{task_name}] done in {train_seconds:.0f}s; eval pass@1 by level {report['eval_pass@1']}")
     return report
+
+
+def resolve_model(name: str, task: str, seed: int = 0) -> str:
+    """What ``from_pretrained`` should load for ``model.name``: a tiny size's base model, or ``name`` itself."""
+    if name in SIZES:
+        return str(ensure_base_model(name, task, seed))
+    return name

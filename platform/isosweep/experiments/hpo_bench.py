@@ -1,0 +1,161 @@
+"""``make hpo-bench``: JF-HPO against its baselines, on a test function and on the tiny family.
+
+(a) ``synthetic``: the two-fidelity Augmented Hartmann function (seconds; also a CI test):
+    the cost for JF-HPO and for random search to reach a regret threshold, over seeds.
+(b) ``real``: the HPO study of ``sweeps/jfhpo.yaml`` (tiny-5m as the target, tiny-0.3m and
+    tiny-1m as proxies) run once per seed with each of ``jfhpo``, ``random`` and ``asha`` at the
+    same study budget. For each run: the best target-size evaluation reached, the compute spent
+    when the incumbent first reached each threshold (the target base model's eval + a margin),
+    how the trials spread over sizes, how many were stopped early and promoted. Each run is an
+    ordinary HPO study (its own sweep id, MLflow parent run and trial directories), so an
+    interrupted bench re-run continues where it stopped and finished studies are not re-run.
+
+Both parts write to one JSON file (``bench/hpo.json``); running one part keeps the other's figures.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform as host
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from isosweep.experiments.hartmann import compare_on_hartmann
+from isosweep.report.hpo import plot_trajectories
+from isosweep.run.core import say
+from isosweep.run.hpo import run_hpo
+from isosweep.spec.hpo import load_hpo
+
+METHODS = ("jfhpo", "random", "asha")
+MARGINS = (0.01, 0.02)  # thresholds: the target base model's eval + each margin
+
+
+def synthetic(seeds: list[int], cost_budget: float, threshold: float, log: Callable[[str], None] = say) -> dict:
+    rows = compare_on_hartmann(seeds, cost_budget, threshold=threshold, log=log)
+    ratios = sorted(row["ratio"] for row in rows.values())
+    return {
+        "what": "cost (target-trial units) for JF-HPO and random search to reach regret <= threshold on the "
+                "two-fidelity Augmented Hartmann function; null = not reached within cost_budget",
+        "threshold": threshold, "cost_budget": cost_budget, "seeds": seeds,
+        "per_seed": {str(k): {name: (v if math.isfinite(v) else None) for name, v in row.items()}
+                     for k, row in rows.items()},
+        "median_ratio": ratios[len(ratios) // 2],
+    }
+
+
+def reach(trajectory: list[dict[str, Any]], threshold: float) -> float | None:
+    """Spent compute at the first trial completion after which the incumbent is >= ``threshold``."""
+    for point in trajectory:
+        if point["incumbent"] is not None and point["incumbent"] >= threshold:
+            return point["spent"]
+    return None
+
+
+def real(spec: str | Path, seeds: list[int], methods: tuple[str, ...] = METHODS, budget: str | None = None,
+         study_budget: str | None = None, margins: tuple[float, ...] = MARGINS, runs_root: str | Path = "runs/sweeps",
+         dashboards: str | Path | None = "dashboards/hpo-bench", log: Callable[[str], None] = say) -> dict:
+    """Run (or resume) every ``method x seed`` study of ``spec`` and compare them at equal study budget."""
+    results: dict[str, list[dict]] = {m: [] for m in methods}
+    walls: dict[str, list[float]] = {m: [] for m in methods}
+    for seed in seeds:
+        for method in methods:
+            study = load_hpo(spec, budget, study_budget, overrides={"search": method, "seed": seed})
+            log(f"[hpo-bench] {method}, seed {seed}: {study.sweep_id}")
+            started = time.monotonic()
+            result = run_hpo(study, runs_root=runs_root, dashboards=None, log=log, progress_every_s=60)
+            if result is None:
+                raise SystemExit(130)
+            walls[method].append(time.monotonic() - started)
+            results[method].append(result)
+    table = compare(results, seeds, margins, walls)
+    if dashboards:
+        out = Path(dashboards)
+        out.mkdir(parents=True, exist_ok=True)
+        first = results[methods[0]][0]
+        top = max(table["thresholds"].values(), default=None)
+        plot_trajectories(results, out / "real_study.png", threshold=top,
+                          title=f"incumbent at {first['target']} over spent compute ({len(seeds)} seeds per method)")
+        (out / "real_study.json").write_text(json.dumps({m: rs for m, rs in results.items()}, indent=1, default=str))
+    return {"what": f"HPO studies of {spec}, " + table.pop("what"), **table}
+
+
+def compare(results: dict[str, list[dict]], seeds: list[int], margins: tuple[float, ...] = MARGINS,
+            walls: dict[str, list[float]] | None = None) -> dict:
+    """The comparison of studies (``run_hpo`` summaries per method, one per seed) at equal study budget.
+
+    The thresholds are the median target base evaluation over all studies plus each margin
+    (keys ``"+0.01"`` and so on); for each study, the compute spent when its incumbent first
+    reached each of them (None: never), and per method how many seeds got there and the median.
+    """
+    bases = [r["target_base"] for rs in results.values() for r in rs if r["target_base"] is not None]
+    base = statistics.median(bases) if bases else None
+    thresholds = {} if base is None else {f"+{m:g}": base + m for m in margins}
+    first = next(iter(results.values()))[0]
+    table = {}
+    for method, rs in results.items():
+        per_seed = []
+        for i, (seed, r) in enumerate(zip(seeds, rs)):
+            per_seed.append({
+                "seed": seed, "sweep_id": r["sweep_id"], "spent": r["spent"],
+                "best_target": None if r["best_target"] is None else r["best_target"]["value"],
+                "compute_to_threshold": {name: reach(r["trajectory"], t) for name, t in thresholds.items()},
+                "trials": len(r["trials"]), "by_size": r["by_size"], "promoted": r["promoted"],
+                "stopped": r["stopped"], "recommended": r["recommended"],
+                "wall_s_this_run": None if walls is None else round(walls[method][i], 1),
+            })
+        best = [p["best_target"] for p in per_seed if p["best_target"] is not None]
+        reached = {name: [p["compute_to_threshold"][name] for p in per_seed
+                          if p["compute_to_threshold"][name] is not None] for name in thresholds}
+        table[method] = {
+            "per_seed": per_seed,
+            "best_target_mean": statistics.fmean(best) if best else None,
+            "reached_threshold": {name: f"{len(v)}/{len(per_seed)}" for name, v in reached.items()},
+            "compute_to_threshold_median": {name: statistics.median(v) if v else None for name, v in reached.items()},
+        }
+    return {
+        "what": f"target {first['target']}, C = {first['budget']:,} rollouts, each method at the same study budget "
+                f"of {first['study_budget']:,.0f} {first['cost_units']}; best_target = the best eval of the metric "
+                "reached by a target-size trial; compute_to_threshold = spent compute at the first trial completion "
+                "after which that best is >= the threshold (target base eval + margin); wall_s_this_run = seconds "
+                "this invocation spent on the study (about 0 for a study finished before)",
+        "metric": first["metric"], "target_base": base, "thresholds": thresholds, "seeds": seeds, "methods": table,
+    }
+
+
+def run(out: str | Path, part: str = "all", seeds: int = 3, cost_budget: float = 60.0, threshold: float = 0.8,
+        spec: str | Path = "sweeps/jfhpo.yaml", real_seeds: int = 3, budget: str | None = None,
+        study_budget: str | None = None, margins: tuple[float, ...] = MARGINS, runs_root: str | Path = "runs/sweeps",
+        log: Callable[[str], None] = say) -> dict:
+    """Run ``part`` (``synthetic``, ``real`` or ``all``) and merge its figures into ``out``."""
+    out = Path(out)
+    result = json.loads(out.read_text()) if out.exists() else {}
+    if isinstance(result.get("real_study"), str):  # the placeholder written before part (b) existed
+        del result["real_study"]
+    if part in ("synthetic", "all"):
+        result["synthetic"] = synthetic(list(range(seeds)), cost_budget, threshold, log)
+        for key in ("what", "threshold", "cost_budget", "seeds", "per_seed", "median_ratio"):
+            result.pop(key, None)  # the layout before part (b) existed
+        log(f"[hpo-bench] synthetic: median cost ratio JF-HPO / random = {result['synthetic']['median_ratio']:.3f} "
+            f"over {seeds} seeds")
+    if part in ("real", "all"):
+        result["real"] = real(spec, list(range(real_seeds)), budget=budget, study_budget=study_budget,
+                              margins=margins, runs_root=runs_root, log=log)
+        for method, row in result["real"]["methods"].items():
+            reached = ", ".join(f"{name}: {row['reached_threshold'][name]} seeds, median compute "
+                                f"{_fmt(row['compute_to_threshold_median'][name], ',.0f')}"
+                                for name in row["reached_threshold"])
+            log(f"[hpo-bench] real, {method}: best target eval (mean over seeds) "
+                f"{_fmt(row['best_target_mean'])}; reached base {reached}")
+    result["host"] = {"machine": host.machine(), "python": host.python_version()}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    log(f"[hpo-bench] figures -> {out}")
+    return result
+
+
+def _fmt(value: float | None, spec: str = ".3f") -> str:
+    return "n/a" if value is None else format(value, spec)

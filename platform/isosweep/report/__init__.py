@@ -1,0 +1,1 @@
+"""Reports: frontier fits (``frontier``), a sweep's analysis (``analysis``), HPO summaries (``hpo``), plots."""

@@ -1,0 +1,3 @@
+"""Rollouts: the engine interface (``base``), the in-process Hugging Face engine (``hf``), vLLM in a Ray
+actor (``vllm``) and a pool of such actors (``pool``), FP8 weight rounding (``fp8``), NCCL weight sync
+(``weight_sync``)."""

@@ -1,0 +1,273 @@
+"""The runner core shared by grid sweeps (:mod:`isosweep.run.grid`) and HPO studies (:mod:`isosweep.run.hpo`).
+
+    a study (grid or HPO) ─► its folder runs/sweeps/<sweep-id>/ and its MLflow server
+                         ─► Ray Tune (one session: a local Ray, or the cluster at --address)
+                              each Tune trial = tune_trial(TrialJob): continue (or create) its MLflow
+                              child run, then a Ray Train TorchTrainer whose rank 0 logs every eval;
+                              Tune's TuneReportCallback forwards the evals to Tune
+                         ─► one progress line every N s, a line per finished or failed trial
+
+Resuming. A study's state is its trial directories (``runs/sweeps/<sweep-id>/trials/<key>``:
+checkpoints and ``metrics.jsonl``) and its MLflow runs, not Tune's experiment snapshot: a
+re-run of the same command skips trials whose metrics reach their last step, restarts the
+others from their latest checkpoint (no eval point repeated or lost) and continues their
+MLflow runs. That holds after Ctrl-C and after a killed driver alike.
+
+Concurrency. In the Train V2 pattern a Tune trial only holds its driver's share (a fraction
+of a CPU); its Ray Train workers and rollout actors ask for theirs when the trial starts. So
+the number of trials Tune runs at once is set from the cluster's resources and one trial's
+total (the hardware profile's driver + trainer + rollout actors): more would start trials
+that then wait for workers that cannot be placed.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import ray
+from ray import tune
+from ray.tune.integration.ray_train import TuneReportCallback
+
+from isosweep.spec.profiles import get_profile
+from isosweep.spec.trial import TrialConfig, resources_of, steps
+from isosweep.spec.yamlio import ConfigError
+from isosweep.track import runs
+from isosweep.track.server import ensure_server
+from isosweep.trial.files import TrialDir
+from isosweep.trial.job import make_torch_trainer, ray_init
+
+TRIALS = "trials"
+
+
+def say(*args, **kwargs) -> None:
+    """``print`` that flushes: progress lines reach a log file or a pipe as they happen, not when a buffer
+    fills. A module-level function, so Tune can pickle what refers to it (a ``partial`` of ``print``
+    cannot be pickled once Ray has swapped ``builtins.print`` in the driver)."""
+    print(*args, flush=True, **kwargs)
+
+
+def duration(seconds: float) -> str:
+    """``75`` -> ``1m15s``; ``3700`` -> ``1h01m``."""
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def trial_dir(sweep_out: Path, key: str) -> TrialDir:
+    """The directory of trial ``key`` of the study whose folder is ``sweep_out``."""
+    return TrialDir(Path(sweep_out) / TRIALS / key)
+
+
+def is_finished(trial: TrialDir, cfg: TrialConfig) -> bool:
+    """Whether the trial has evaluated at its last step."""
+    return trial.is_finished(steps(cfg))
+
+
+@dataclass(frozen=True)
+class TrialJob:
+    """Everything one Tune trial needs to run one trial of a study (grid point or HPO suggestion)."""
+
+    key: str
+    """The trial's name in its study (``n8-Bp16``, ``t003-tiny-1m-4096``): its folder and MLflow run."""
+    config_key: str
+    """Its configuration without the seed or budget: trials that share it are the same config."""
+    cfg: TrialConfig
+    out: str
+    """The trial's directory."""
+    sweep_id: str
+    parent_run_id: str
+    tracking_uri: str
+    tags: dict[str, str] = field(default_factory=dict)
+    """Extra tags of the child run (an HPO trial's fidelity and promotion)."""
+
+    def to_tune(self) -> dict[str, Any]:
+        """The job as Tune's trial config (plain data: Tune stores it with the experiment)."""
+        return {**asdict(self), "cfg": self.cfg.model_dump(mode="json")}
+
+    @classmethod
+    def from_tune(cls, config: dict[str, Any]) -> TrialJob:
+        return cls(**{**config, "cfg": TrialConfig.model_validate(config["cfg"])})
+
+    @property
+    def trial(self) -> TrialDir:
+        return TrialDir(self.out)
+
+
+def job_key(trial) -> str:
+    """The key of a Tune trial's job (Tune callbacks see Tune's trial objects)."""
+    return trial.config["trial"]["key"]
+
+
+def tune_trial(config: dict) -> None:
+    """The Tune function of one trial: continue its MLflow run, then run its TorchTrainer.
+
+    A trial that already reached its last step (an earlier run of the study) only catches its
+    MLflow run up and reports its last record: nothing is trained again.
+    """
+    job = TrialJob.from_tune(config["trial"])
+    trial = job.trial
+    trial.path.mkdir(parents=True, exist_ok=True)
+    client = runs.client(job.tracking_uri)
+    run_id = runs.open_child(client, job.parent_run_id, job.sweep_id, job.key, job.cfg, job.config_key)
+    for name, value in job.tags.items():
+        client.set_tag(run_id, name, str(value))
+    logger = runs.TrialLogger(job.tracking_uri, run_id, trial, job.cfg.eval.k)
+    logger.catch_up()
+
+    def ended() -> bool:  # finished, or stopped early by an HPO study
+        return is_finished(trial, job.cfg) or trial.stop_requested()
+
+    if ended():
+        records = trial.records()
+        tune.report({**(records[-1] if records else {}), "isosweep/skipped": 1})
+        logger.finish("FINISHED")
+        return
+    trainer = make_torch_trainer(job.cfg, trial.path, tracker=runs.MlflowTracker(job.tracking_uri, run_id),
+                                 callbacks=[TuneReportCallback()], name=job.key)
+    try:
+        trainer.fit()
+    except BaseException as err:
+        if ended():
+            # Tune ended this function after the trial's last report or after an early stop (an HPO
+            # study): its Ray Train job went down with it, as it should
+            logger.catch_up()
+            logger.finish("FINISHED")
+            return
+        logger.finish("FAILED", reason=f"{type(err).__name__}: {err}")
+        raise
+    logger.catch_up()
+    logger.finish("FINISHED")
+
+
+def _tune_function(config: dict) -> None:
+    """What Tune runs: :func:`tune_trial` under the name Tune shows."""
+    tune_trial(config)
+
+
+_tune_function.__name__ = "isosweep_trial"
+
+
+def max_concurrency(cfgs: list[TrialConfig], cluster: dict[str, float], source: str | Path,
+                    limit: int | None = None) -> int:
+    """How many of these trials fit at once on ``cluster`` (``ray.cluster_resources()``), at most ``limit``
+    (default: their number), or a ConfigError if not even one does."""
+    need = {"CPU": 0.0, "GPU": 0.0}
+    for cfg in cfgs:
+        for kind, amount in resources_of(cfg).items():
+            need[kind] = max(need[kind], amount)
+    fits = [math.floor(cluster.get(kind, 0.0) / amount + 1e-9) for kind, amount in need.items() if amount > 0]
+    concurrency = min(fits) if fits else len(cfgs)
+    if concurrency < 1:
+        raise ConfigError(
+            f"{source}: one trial needs {need['CPU']:g} CPU and {need['GPU']:g} GPU (profile "
+            f"{cfgs[0].profile!r}: driver + trainer + rollout actors) but the Ray cluster has "
+            f"{cluster.get('CPU', 0):g} CPU and {cluster.get('GPU', 0):g} GPU; choose a smaller profile or a bigger cluster")
+    return min(concurrency, len(cfgs) if limit is None else limit)
+
+
+@contextmanager
+def ray_session(address: str | None) -> Iterator[dict[str, float]]:
+    """Ray for the length of a study: joins ``address`` or starts a local Ray (shut down at the end,
+    if this call started it); yields the cluster's resources."""
+    started = ray_init(address, log_to_driver=False)
+    try:
+        yield ray.cluster_resources()
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def open_study(sweep_id: str, runs_root: str | Path, log: Callable[[str], None]) -> tuple[Path, str]:
+    """The study's folder (created) and the tracking URI (a local MLflow server started if needed)."""
+    sweep_out = (Path(runs_root) / sweep_id).resolve()
+    sweep_out.mkdir(parents=True, exist_ok=True)
+    return sweep_out, ensure_server(log)
+
+
+class ProgressState(Protocol):
+    """What a runner tells the progress callback: one status line and the events that change it."""
+
+    def result(self, key: str, result: dict) -> None: ...
+
+    def complete(self, key: str) -> str | None:
+        """Note trial ``key`` as finished; a line to log for it, if any."""
+
+    def status(self, running: int, failed: int, elapsed_s: float) -> str: ...
+
+
+class Progress(tune.Callback):
+    """One line per finished or failed trial and a status line every ``every_s`` seconds, for any study."""
+
+    def __init__(self, state: ProgressState, sweep_out: Path, log: Callable[[str], None], every_s: float,
+                 prefix: str) -> None:
+        self.state, self.sweep_out, self.log, self.every_s, self.prefix = state, sweep_out, log, every_s, prefix
+        self.start, self.last = time.monotonic(), 0.0
+        self.ended: set[str] = set()
+        self.failed: set[str] = set()
+
+    def _status(self, trials) -> str:
+        running = sum(t.status == "RUNNING" and job_key(t) not in self.ended for t in trials)
+        return self.state.status(running, len(self.failed), time.monotonic() - self.start)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.state.result(job_key(trial), result)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        key = job_key(trial)
+        self.ended.add(key)
+        line = self.state.complete(key)
+        if line:
+            self.log(line)
+            self.log(self._status(trials))
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        key = job_key(trial)
+        self.ended.add(key)
+        self.failed.add(key)
+        self.log(f"[{self.prefix}] trial {key} FAILED (its checkpoints and MLflow run are kept; re-run to retry): "
+                 f"see {trial_dir(self.sweep_out, key).log_file} and {trial.local_path}")
+
+    def on_step_end(self, iteration, trials, **info):
+        now = time.monotonic()
+        if now - self.last >= self.every_s:
+            self.last = now
+            self.log(self._status(trials))
+
+
+def run_trials(sweep_out: Path, cfgs: list[TrialConfig], source: str | Path, address: str | None,
+               progress: Progress, log: Callable[[str], None], prefix: str, limit: int | None = None,
+               param_space: dict | None = None, stop=None, **tune_config) -> bool:
+    """Run a study's trials on Ray Tune; returns whether it was interrupted (Ctrl-C).
+
+    ``cfgs`` are the trials that size the concurrency (the largest of them decides); each trial
+    reserves its profile's driver resources and is named by its key; each run of the same study
+    is a new Tune experiment ``attempt-N`` under ``sweep_out/tune``. ``tune_config`` adds
+    ``TuneConfig`` arguments (an HPO study's searcher and scheduler).
+    """
+    try:
+        with ray_session(address) as cluster:
+            concurrency = max_concurrency(cfgs, cluster, source, limit=limit)
+            driver = get_profile(cfgs[0].profile).driver
+            log(f"[{prefix}] {concurrency} at a time (each trial: {resources_of(cfgs[0])} of Ray's "
+                f"{cluster.get('CPU', 0):g} CPU)")
+            tune_dir = sweep_out / "tune"
+            attempt = len(list(tune_dir.glob("attempt-*"))) if tune_dir.exists() else 0
+            tuner = tune.Tuner(
+                tune.with_resources(_tune_function, {"CPU": driver.CPU, "GPU": driver.GPU}),
+                param_space=param_space,
+                tune_config=tune.TuneConfig(
+                    max_concurrent_trials=concurrency, trial_name_creator=job_key, trial_dirname_creator=job_key,
+                    **tune_config),
+                run_config=tune.RunConfig(
+                    name=f"attempt-{attempt}", storage_path=str(tune_dir), verbose=0, stop=stop,
+                    callbacks=[progress], failure_config=tune.FailureConfig(max_failures=1)),
+            )
+            results = tuner.fit()
+            return not results.errors  # Tune stops gracefully on Ctrl-C and returns
+    except KeyboardInterrupt:
+        return True

@@ -1,0 +1,140 @@
+"""Run a grid sweep: Ray Tune over the grid, one Ray Train trial per point, MLflow runs, the frontier at the end.
+
+    sweep file ─► Sweep (validated, one TrialConfig per grid point)
+               ─► MLflow parent run (found again by its sweep id on a re-run)
+               ─► the runner core (:mod:`isosweep.run.core`): Ray Tune's grid over the unfinished
+                  points, at most as many at once as the cluster fits
+               ─► frontier analysis read back from MLflow alone (as `isosweep frontier` does)
+               ─► table printed, CSV/JSON/PNG/HTML on the parent run and in dashboards/<name>/
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+from ray import tune
+
+from isosweep.report.analysis import Analysis, analyse, table_text, write_outputs
+from isosweep.run.core import Progress, TrialJob, duration, is_finished, open_study, run_trials, say, trial_dir
+from isosweep.spec.grid import Sweep
+from isosweep.spec.trial import steps
+from isosweep.spec.yamlio import ConfigError
+from isosweep.track import runs
+
+
+class GridProgress:
+    """The progress of a grid sweep: trials done, rollouts done of all, the best eval so far, time left."""
+
+    def __init__(self, sweep: Sweep, sweep_out: Path) -> None:
+        self.metric = sweep.metric
+        self.total = {p.key: steps(p.cfg) * p.cfg.Bp * p.cfg.n for p in sweep.trials}
+        self.rollouts: dict[str, int] = {}
+        self.best: tuple[str | None, float] = (None, -math.inf)
+        self.done: set[str] = set()
+        for point in sweep.trials:
+            trial = trial_dir(sweep_out, point.key)
+            records = trial.records()
+            self.rollouts[point.key] = records[-1]["rollouts"] if records else 0
+            for r in records:
+                self._beat(point.key, r)
+            if is_finished(trial, point.cfg):
+                self.done.add(point.key)
+        self.at_start = sum(self.rollouts.values())
+
+    def _beat(self, key: str, result: dict) -> None:
+        if result.get(self.metric, -math.inf) > self.best[1]:
+            self.best = (key, result[self.metric])
+
+    def result(self, key: str, result: dict) -> None:
+        if "rollouts" in result:
+            self.rollouts[key] = max(self.rollouts[key], int(result["rollouts"]))
+        self._beat(key, result)
+
+    def complete(self, key: str) -> str:
+        self.done.add(key)
+        self.rollouts[key] = self.total[key]
+        return f"[sweep] trial {key} finished"
+
+    def status(self, running: int, failed: int, elapsed_s: float) -> str:
+        total = sum(self.total.values())
+        done_rollouts = sum(self.rollouts.values())
+        rate = (done_rollouts - self.at_start) / elapsed_s if elapsed_s > 0 else 0
+        left = total - done_rollouts
+        # the first evaluations come before most of a trial's start-up cost: no estimate from them
+        settled = done_rollouts - self.at_start >= 0.05 * total
+        eta = f"~{duration(left / rate)} left" if settled and rate > 0 and left > 0 else "estimating time left"
+        best = f"best {self.metric} {self.best[1]:.3f} ({self.best[0]})" if self.best[0] else "no eval yet"
+        return (f"[sweep] {len(self.done)}/{len(self.total)} trials done, {running} running, {failed} failed | "
+                f"{done_rollouts:,}/{total:,} rollouts | {best} | elapsed {duration(elapsed_s)}, {eta}")
+
+
+def run_sweep(sweep: Sweep, runs_root: str | Path = "runs/sweeps", dashboards: str | Path | None = "dashboards",
+              address: str | None = None, log: Callable[[str], None] = say, progress_every_s: float = 30.0
+              ) -> Analysis | None:
+    """Run (or resume) ``sweep``; returns the frontier analysis, or None if it was interrupted."""
+    sweep_out, uri = open_study(sweep.sweep_id, runs_root, log)
+    client = runs.client(uri)
+    parent_id = runs.open_parent(client, sweep, sweep_out)
+    pending = [p for p in sweep.trials if not is_finished(trial_dir(sweep_out, p.key), p.cfg)]
+    log(f"[sweep] {sweep.sweep_id}: {sweep.spec.study} study, {len(sweep.trials)} trials at C = {sweep.budget:,} "
+        f"rollouts each ({len(sweep.trials) - len(pending)} already finished); output {sweep_out}")
+    log(f"[sweep] MLflow: {uri} (experiment '{runs.EXPERIMENT}', parent run {parent_id})")
+    interrupted = False
+    if pending:
+        jobs = [TrialJob(key=p.key, config_key=p.config_key, cfg=p.cfg, out=str(trial_dir(sweep_out, p.key).path),
+                         sweep_id=sweep.sweep_id, parent_run_id=parent_id, tracking_uri=uri) for p in pending]
+        progress = Progress(GridProgress(sweep, sweep_out), sweep_out, log, progress_every_s, "sweep")
+        interrupted = run_trials(sweep_out, [p.cfg for p in sweep.trials], sweep.path, address, progress, log,
+                                 "sweep", param_space={"trial": tune.grid_search([j.to_tune() for j in jobs])})
+    unfinished = [p.key for p in sweep.trials if not is_finished(trial_dir(sweep_out, p.key), p.cfg)]
+    if unfinished:
+        client.update_run(parent_id, status="KILLED" if interrupted else "FAILED")
+        log(f"[sweep] {'interrupted' if interrupted else 'incomplete'}: {len(unfinished)} of "
+            f"{len(sweep.trials)} trials not finished ({', '.join(unfinished)}); run the same command again to "
+            "resume them from their checkpoints")
+        return None
+    analysis = frontier_report(uri, sweep.sweep_id, sweep_out / "frontier", dashboards and Path(dashboards) / sweep.spec.name,
+                               log=log)
+    client.set_terminated(parent_id, status="FINISHED")
+    return analysis
+
+
+def frontier_report(uri: str, sweep_id: str, out: str | Path | None, dashboards: str | Path | None = None,
+                    log: Callable[[str], None] = say, prefix: bool = False,
+                    runs_root: str | Path = "runs/sweeps") -> Analysis:
+    """The frontier analysis of a sweep from its MLflow runs alone: fit, print, write, log to the parent run.
+
+    ``sweep_id`` may be a prefix of the id (the newest matching sweep) with ``prefix=True``;
+    ``out=None`` writes to ``runs_root/<sweep id>/frontier``.
+    """
+    client = runs.client(uri)
+    parent = runs.find_parent(client, sweep_id, prefix=prefix)
+    if parent is None:
+        raise ConfigError(f"no sweep {sweep_id!r} in MLflow at {uri} (experiment '{runs.EXPERIMENT}')")
+    tags, params = parent.data.tags, parent.data.params
+    sweep_id = tags[runs.SWEEP_TAG]
+    if tags.get("isosweep.study") == "hpo":
+        raise ConfigError(f"{sweep_id} is an HPO study, not a grid sweep: it has no frontier; its summary is the "
+                          f"artifact hpo/trials.txt of parent run {parent.info.run_id} (and runs/sweeps/{sweep_id}/hpo/)")
+    out = Path(runs_root) / sweep_id / "frontier" if out is None else Path(out)
+    metric = tags["isosweep.metric"]
+    k = int(metric.split("@")[1])
+    curves = runs.read_curves(client, sweep_id, k)
+    analysis = analyse(curves, title=sweep_id, study=tags["isosweep.study"], budget=int(params["sweep.budget"]),
+                       primary=metric.split("/")[1], points=int(params["spec.frontier.points"]),
+                       bootstrap=int(params["spec.frontier.bootstrap"]))
+    paths = write_outputs(analysis, out)
+    for path in paths.values():
+        client.log_artifact(parent.info.run_id, str(path), artifact_path="frontier")
+    runs.log_frontier(client, parent.info.run_id, analysis)
+    if dashboards:
+        write_outputs(analysis, dashboards)
+    log("")
+    log(table_text(analysis))
+    log("")
+    log(f"[sweep] frontier table, fits and plots: {Path(out)}"
+        + (f" and {Path(dashboards) / 'report.html'}" if dashboards else "")
+        + f"; in MLflow on parent run {parent.info.run_id} (artifacts/frontier)")
+    return analysis

@@ -1,0 +1,265 @@
+"""Typed, frozen, validated trial configuration, loaded from YAML with ``--set key=value`` overrides.
+
+One model per concern (task, model, rollout, algorithm, eval) and ``TrialConfig`` on top. Values
+that follow from others -- the number of steps M, the learning rate by the square-root rule, the
+regularisation by difficulty -- are functions of the config (``steps``, ``learning_rate``,
+``kl_coef``, ``entropy_coef``), never fields written back into it.
+
+A bad file stops before any work with a ``ConfigError`` (:mod:`isosweep.spec.yamlio`) naming the
+file, the key and what is allowed, e.g. ``sweeps/trials/easy.yaml: key 'Bp': must be greater than 0
+(got -4)``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from isosweep.models.sizes import SIZES
+from isosweep.spec.profiles import get_profile, trial_resources
+from isosweep.spec.yamlio import Section, merge, parse_overrides, read_yaml, validate
+from isosweep.tasks import get_task
+
+Difficulty = Literal["easy", "hard"]
+
+DIFFICULTY_BANDS: dict[str, tuple[float, float]] = {"easy": (0.3, 1.0), "hard": (0.0, 0.3)}
+"""Base pass-rate band ``[low, high)`` (``high`` inclusive at 1.0) of the problems in each set."""
+
+REGULARISATION: dict[str, tuple[float, float]] = {"easy": (1e-3, 1e-3), "hard": (0.0, 0.0)}
+"""Default ``(kl_coef, entropy_coef)`` per difficulty: on for easy sets, off for hard ones."""
+
+
+class TaskConfig(Section):
+    """Which problems a trial trains and evaluates on."""
+
+    name: str = "arithmetic"
+    """A built-in task (``arithmetic``, ``countdown``) or a JSONL dataset (``data.jsonl``, ``jsonl:path``)."""
+    levels: tuple[int, ...] = (2,)
+    """Task difficulty levels to draw problems from (digits for arithmetic, numbers for countdown)."""
+    difficulty: Difficulty = "easy"
+    """Problem set by base pass rate: ``easy`` (rate >= 0.3) or ``hard`` (rate < 0.3)."""
+    eval_problems: int = Field(256, gt=0)
+    """Held-out problems per evaluation (fewer if the set has fewer)."""
+
+    @field_validator("name")
+    @classmethod
+    def _known_task(cls, name: str) -> str:
+        get_task(name)
+        return name
+
+    @model_validator(mode="after")
+    def _known_levels(self) -> TaskConfig:
+        allowed = get_task(self.name).levels
+        bad = [lv for lv in self.levels if lv not in allowed]
+        if bad or not self.levels:
+            raise ValueError(f"levels {list(self.levels)} not allowed for task {self.name!r}; "
+                             f"allowed: a non-empty subset of {list(allowed)}")
+        return self
+
+
+class ModelConfig(Section):
+    """The policy's starting point."""
+
+    name: str = "tiny-1m"
+    """A tiny size (``tiny-0.3m``, ``tiny-1m``, ``tiny-5m``: its cached base model), a local path or a hub name."""
+    warmup_seed: int = Field(0, ge=0)
+    """Seed of the tiny base model's warm-up (ignored for other models)."""
+
+    @field_validator("name")
+    @classmethod
+    def _known_model(cls, name: str) -> str:
+        if name in SIZES or Path(name).exists() or re.fullmatch(r"[\w.-]+/[\w.-]+", name):
+            return name
+        raise ValueError(f"unknown model {name!r}; allowed: a tiny size ({', '.join(SIZES)}), "
+                         "an existing local path, or a hub name such as 'Qwen/Qwen2.5-0.5B'")
+
+
+def _default_engine() -> str:
+    """vLLM where it is installed, else the in-process Hugging Face engine."""
+    import importlib.util
+
+    return "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
+
+
+class RolloutConfig(Section):
+    """How completions are sampled."""
+
+    engine: Literal["vllm", "hf"] = Field(default_factory=_default_engine)
+    """Rollout engine: ``vllm`` (Ray actors serving vLLM; the default where vLLM is installed) or
+    ``hf`` (an in-process Hugging Face model per trainer worker)."""
+    precision: Literal["bf16", "fp8"] = "bf16"
+    """Rollout weights: ``bf16``, or ``fp8`` (vLLM ``quantization="fp8"`` on GPU; on CPU every linear
+    weight is rounded through float8_e4m3fn with a per-output-channel scale, activations stay bf16)."""
+    actors: int = Field(1, gt=0)
+    """Rollout actors (vLLM engines) per trial; prompts are split evenly across them."""
+    temperature: float = Field(1.0, gt=0)
+    """Sampling temperature; log-probs are post-temperature on both sides."""
+    max_new_tokens: int = Field(8, gt=0)
+    """Cap on completion length in tokens (``<eos>`` included)."""
+
+
+class AlgorithmConfig(Section):
+    """GRPO hyperparameters."""
+
+    lr_ref: float = Field(2e-5, gt=0)
+    """Learning rate at batch ``batch_ref``; scaled by ``sqrt(Bp * n / batch_ref)``. The default is
+    calibrated on the tiny base models (1e-4 made their eval drop within 20 steps; 2e-5 and 3e-5 learned)."""
+    batch_ref: int = Field(128, gt=0)
+    """Reference batch (rollouts per step) for ``lr_ref``."""
+    clip_low: float = Field(0.2, gt=0, lt=1)
+    """PPO ratio clip below 1: ratios under ``1 - clip_low`` are clipped."""
+    clip_high: float = Field(0.28, gt=0)
+    """PPO ratio clip above 1: ratios over ``1 + clip_high`` are clipped."""
+    kl_coef: float | None = Field(None, ge=0)
+    """k3 KL-to-reference weight; default by difficulty (easy 1e-3, hard 0)."""
+    entropy_coef: float | None = Field(None, ge=0)
+    """Entropy bonus weight; default by difficulty (easy 1e-3, hard 0)."""
+    scale_adv_by_std: bool = True
+    """Divide group-centred rewards by the group's std (GRPO) or not (Dr. GRPO style)."""
+    grad_clip: float = Field(1.0, gt=0)
+    """Max global gradient norm."""
+    correction: Literal["none", "tis", "ais"] = "none"
+    """Rollout/trainer mismatch correction: none, truncated IS (advantage x min(rho, is_cap)),
+    or adaptive IS (advantage x (1 + alpha (min(rho, is_cap) - 1)), alpha from the batch)."""
+    is_cap: float = Field(2.0, ge=1)
+    """Truncation C of the per-token importance ratio rho = pi_train / pi_rollout (TIS and AIS)."""
+    ais_delta: float = Field(0.02, gt=0)
+    """AIS: mean |log pi - log pi_rollout| at which the mismatch gate alpha_mis saturates at 1."""
+    ais_beta: float = Field(1.0, ge=0)
+    """AIS: weight of the variance-amplification penalty."""
+    ais_gamma: float = Field(0.5, gt=0)
+    """AIS: tolerated relative variance amplification before the penalty starts."""
+
+
+class TrainerConfig(Section):
+    """The Ray Train job that updates the policy."""
+
+    num_workers: int = Field(1, gt=0)
+    """Data-parallel trainer workers; each takes Bp / num_workers problems of every step."""
+    zero_stage: Literal[0, 1, 2, 3] = 1
+    """DeepSpeed ZeRO stage (3 needs GPUs)."""
+
+
+class EvalConfig(Section):
+    """How often and how thoroughly the policy is evaluated on held-out problems."""
+
+    every: int = Field(20, gt=0)
+    """Evaluate (and checkpoint) every this many steps, plus at the start and the end."""
+    points: int | None = Field(None, ge=2)
+    """If set, replaces ``every``: about this many evaluations log-spaced in compute between
+    ``first`` x C and C (plus one at the start). A sigmoid in compute is fitted to these points,
+    and log spacing puts as many on its rise as on its plateau."""
+    first: float = Field(1 / 64, gt=0, le=1)
+    """The first log-spaced evaluation, as a fraction of the budget (with ``points``)."""
+    samples: int = Field(8, gt=0)
+    """Samples per eval problem (n_eval); the estimators are unbiased for any k <= samples."""
+    k: int = Field(4, gt=0)
+    """k of mean@k, best@k and worst@k."""
+
+    @model_validator(mode="after")
+    def _k_fits(self) -> EvalConfig:
+        if self.k > self.samples:
+            raise ValueError(f"k = {self.k} needs at least k samples per problem; allowed: k <= samples ({self.samples})")
+        return self
+
+
+class TrialConfig(Section):
+    """One GRPO training run at budget C = Bp * n * M rollouts."""
+
+    budget: int = Field(gt=0)
+    """C: compute budget in rollouts (sampled completions)."""
+    Bp: int = Field(16, gt=0)
+    """Problems per step."""
+    n: int = Field(8, gt=0)
+    """Rollouts (samples) per problem."""
+    seed: int = Field(0, ge=0)
+    """Seed of problem order, sampling and initialisation."""
+    profile: str = "cpu-tiny"
+    """Hardware profile (``clusters/profiles.yaml``): the Ray resources of the trial."""
+    task: TaskConfig = TaskConfig()
+    model: ModelConfig = ModelConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    algorithm: AlgorithmConfig = AlgorithmConfig()
+    trainer: TrainerConfig = TrainerConfig()
+    eval: EvalConfig = EvalConfig()
+
+    @field_validator("profile")
+    @classmethod
+    def _known_profile(cls, name: str) -> str:
+        get_profile(name)
+        return name
+
+    @model_validator(mode="after")
+    def _at_least_one_step(self) -> TrialConfig:
+        if self.model.name in SIZES and self.task.name not in ("arithmetic", "countdown"):
+            raise ValueError(f"model.name {self.model.name!r} is a tiny base model, warmed up only on the synthetic "
+                             "tasks; allowed with task.name arithmetic or countdown (use a real model for datasets)")
+        if self.n < 2:
+            raise ValueError("n must be at least 2: group-relative advantages need two samples per problem")
+        if self.Bp % self.trainer.num_workers:
+            raise ValueError(f"Bp = {self.Bp} problems cannot be split evenly over trainer.num_workers = "
+                             f"{self.trainer.num_workers}; allowed: Bp a multiple of num_workers")
+        if self.budget < self.Bp * self.n:
+            raise ValueError(f"budget C = {self.budget} rollouts is smaller than one step "
+                             f"(Bp * n = {self.Bp} * {self.n} = {self.Bp * self.n}); allowed: budget >= Bp * n")
+        return self
+
+
+def steps(cfg: TrialConfig) -> int:
+    """M = floor(C / (Bp * n)): optimizer steps the budget buys."""
+    return cfg.budget // (cfg.Bp * cfg.n)
+
+
+def eval_steps(cfg: TrialConfig) -> list[int]:
+    """The steps after which a trial evaluates (and checkpoints), ascending, always 0 and M.
+
+    ``eval.every`` spaces them evenly; ``eval.points`` spaces them evenly in log compute from
+    ``eval.first * M`` to ``M``, rounded to whole steps (duplicates after rounding dropped).
+
+    >>> cfg = TrialConfig(budget=128 * 100, Bp=16, n=8, eval={"every": 40})
+    >>> eval_steps(cfg)
+    [0, 40, 80, 100]
+    >>> eval_steps(cfg.model_copy(update={"eval": EvalConfig(points=4, first=0.1)}))
+    [0, 10, 22, 46, 100]
+    """
+    total = steps(cfg)
+    if cfg.eval.points is None:
+        chosen = set(range(0, total, cfg.eval.every))
+    else:
+        low = max(1.0, cfg.eval.first * total)
+        chosen = {0} | {int(round(low * (total / low) ** (i / (cfg.eval.points - 1)))) for i in range(cfg.eval.points)}
+    return sorted(chosen | {0, total})
+
+
+def learning_rate(cfg: TrialConfig) -> float:
+    """Square-root batch scaling: ``lr_ref * sqrt(Bp * n / batch_ref)``."""
+    return cfg.algorithm.lr_ref * math.sqrt(cfg.Bp * cfg.n / cfg.algorithm.batch_ref)
+
+
+def kl_coef(cfg: TrialConfig) -> float:
+    """KL weight: the configured one, else on for easy sets and off for hard ones."""
+    explicit = cfg.algorithm.kl_coef
+    return REGULARISATION[cfg.task.difficulty][0] if explicit is None else explicit
+
+
+def entropy_coef(cfg: TrialConfig) -> float:
+    """Entropy-bonus weight: the configured one, else on for easy sets and off for hard ones."""
+    explicit = cfg.algorithm.entropy_coef
+    return REGULARISATION[cfg.task.difficulty][1] if explicit is None else explicit
+
+
+def resources_of(cfg: TrialConfig) -> dict[str, float]:
+    """One trial's Ray resources in total: driver + trainer + its vLLM actors (none with hf)."""
+    actors = cfg.rollout.actors if cfg.rollout.engine == "vllm" else 0
+    return trial_resources(get_profile(cfg.profile), cfg.trainer.num_workers, actors)
+
+
+def load_trial(path: str | Path, overrides: list[str] | None = None) -> TrialConfig:
+    """Load a trial YAML, apply ``--set`` overrides, validate."""
+    data = merge(read_yaml(path), parse_overrides(overrides or []))
+    source = str(path) + (f" (with --set {' '.join(overrides)})" if overrides else "")
+    return validate(TrialConfig, data, source)

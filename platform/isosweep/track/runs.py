@@ -1,0 +1,336 @@
+"""MLflow: the local tracking server, a sweep's parent run, each trial's child run, batched logging.
+
+Layout in MLflow: one experiment (``isosweep``); a sweep is a parent run tagged
+``isosweep.sweep_id``; each trial is a child run (``mlflow.parentRunId``) tagged
+``isosweep.trial``, whose params are the trial's full config (dotted keys). Every metric is
+logged with ``step`` = rollouts consumed, so MLflow's charts overlay configs on one compute
+axis: eval metrics (``eval/*``, ``system/*``; ``@`` spelled ``_at_``, e.g. ``eval/mean_at_4``,
+as MLflow refuses ``@`` in names) at each evaluation, per-step training statistics
+(``train/*``, ``rollout/*``, ``mismatch/*``, ``ais/*``, ``time/*``) in batches at each
+evaluation. Checkpoints that break the trial's record are logged under ``records/`` and tagged.
+
+Runs are found again by their tags, so a resumed sweep continues its runs instead of
+creating new ones, and a trial's logger starts after the last step already in MLflow (the
+trial's ``metrics.jsonl``/``steps.jsonl`` are the source of truth; MLflow is caught up to them).
+
+This is the only module of isosweep that imports mlflow. The local server is
+:mod:`isosweep.track.server`; the null tracker (no MLflow) is :mod:`isosweep.track.null`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from mlflow.entities import Metric, Param
+from mlflow.tracking import MlflowClient
+
+from isosweep.spec.trial import entropy_coef, kl_coef, learning_rate, steps
+from isosweep.track.curves import Curve
+from isosweep.track.server import EXPERIMENT
+
+SWEEP_TAG = "isosweep.sweep_id"
+TRIAL_TAG = "isosweep.trial"
+BATCH = 1000  # MLflow's log_batch takes at most 1000 metrics per call
+RECORD_FILES = ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json",
+                "tokenizer_config.json", "special_tokens_map.json")
+"""What a record checkpoint logs to MLflow: the model and tokenizer, not the optimizer state."""
+STEP_PREFIXES = ("train/", "rollout/", "mismatch/", "ais/", "time/")
+EVAL_PREFIXES = ("eval/", "system/", "time/eval_s")
+
+
+def mlflow_name(key: str) -> str:
+    """MLflow's name for a metric key: ``eval/mean@4`` -> ``eval/mean_at_4`` (MLflow refuses '@')."""
+    return key.replace("@", "_at_")
+
+
+def client(uri: str) -> MlflowClient:
+    return MlflowClient(tracking_uri=uri)
+
+
+def experiment_id(mlflow_client) -> str:
+    found = mlflow_client.get_experiment_by_name(EXPERIMENT)
+    if found is not None:
+        return found.experiment_id
+    try:
+        return mlflow_client.create_experiment(EXPERIMENT)
+    except Exception:  # created concurrently by another trial
+        return mlflow_client.get_experiment_by_name(EXPERIMENT).experiment_id
+
+
+def _find(mlflow_client, filter_string: str):
+    runs = mlflow_client.search_runs([experiment_id(mlflow_client)], filter_string=filter_string,
+                                     order_by=["attributes.start_time DESC"], max_results=1)
+    return runs[0] if runs else None
+
+
+def find_parent(mlflow_client, sweep_id: str, prefix: bool = False):
+    """The parent run of ``sweep_id`` (or of the newest sweep whose id starts with it), or None."""
+    op = "LIKE" if prefix else "="
+    value = f"{sweep_id}%" if prefix else sweep_id
+    return _find(mlflow_client, f"tags.`{SWEEP_TAG}` {op} '{value}' and tags.`isosweep.kind` = 'sweep'")
+
+
+def find_child(mlflow_client, sweep_id: str, key: str):
+    """The child run of trial ``key`` in sweep ``sweep_id``, or None."""
+    return _find(mlflow_client, f"tags.`{SWEEP_TAG}` = '{sweep_id}' and tags.`{TRIAL_TAG}` = '{key}'")
+
+
+def flatten(data: dict, prefix: str = "") -> dict[str, str]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": "1"}`` (MLflow params are flat strings)."""
+    flat: dict[str, str] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = json.dumps(value) if isinstance(value, (list, tuple)) else str(value)
+    return flat
+
+
+def open_parent(mlflow_client, sweep, out) -> str:
+    """Find or create the sweep's parent run and mark it running; returns its run id."""
+    spec = sweep.spec
+    tags = {"isosweep.study": spec.study, "isosweep.difficulty": sweep.trials[0].cfg.task.difficulty,
+            "isosweep.out": str(out), "isosweep.metric": sweep.metric, "mlflow.note.content": spec.description}
+    params = {"sweep.file": str(sweep.path), "sweep.budget": sweep.budget, "sweep.trials": len(sweep.trials),
+              **flatten(spec.model_dump(mode="json"), "spec.")}
+    return open_study_parent(mlflow_client, sweep.sweep_id, tags, params)
+
+
+def open_study_parent(mlflow_client, sweep_id: str, tags: dict[str, str], params: dict) -> str:
+    """Find the parent run tagged ``sweep_id`` or create it with ``tags`` and ``params``; mark it running."""
+    found = find_parent(mlflow_client, sweep_id)
+    if found is not None:
+        mlflow_client.update_run(found.info.run_id, status="RUNNING")
+        return found.info.run_id
+    tags = {SWEEP_TAG: sweep_id, "isosweep.kind": "sweep", "mlflow.runName": sweep_id, **tags}
+    run = mlflow_client.create_run(experiment_id(mlflow_client), tags=tags, run_name=sweep_id)
+    _log_params(mlflow_client, run.info.run_id, params)
+    return run.info.run_id
+
+
+def _log_params(mlflow_client, run_id: str, params: dict) -> None:
+    items = [Param(k, str(v)[:6000]) for k, v in params.items()]
+    for i in range(0, len(items), 100):
+        mlflow_client.log_batch(run_id, params=items[i:i + 100])
+
+
+def open_child(mlflow_client, parent_id: str, sweep_id: str, key: str, cfg, config_key: str) -> str:
+    """Find or create a trial's child run (params = the full trial config); returns its run id."""
+    found = find_child(mlflow_client, sweep_id, key)
+    if found is not None:
+        mlflow_client.update_run(found.info.run_id, status="RUNNING")
+        return found.info.run_id
+    tags = {"mlflow.parentRunId": parent_id, SWEEP_TAG: sweep_id, TRIAL_TAG: key, "isosweep.kind": "trial",
+            "isosweep.config": config_key, "isosweep.difficulty": cfg.task.difficulty,
+            "mlflow.runName": key}
+    run = mlflow_client.create_run(experiment_id(mlflow_client), tags=tags, run_name=key)
+    params = {**flatten(cfg.model_dump(mode="json")), "derived.M": steps(cfg), "derived.lr": learning_rate(cfg),
+              "derived.kl_coef": kl_coef(cfg), "derived.entropy_coef": entropy_coef(cfg)}
+    _log_params(mlflow_client, run.info.run_id, params)
+    return run.info.run_id
+
+
+class TrialLogger:
+    """Logs one trial's records and per-step statistics to its child run, exactly once each.
+
+    ``log(record)`` is called at each evaluation (by the trial's rank-0 worker): it logs the
+    eval metrics at ``step = record["rollouts"]``, the per-step statistics of ``steps.jsonl``
+    since the last logged point, and, if the record beats every earlier one on ``mean@k``, the
+    checkpoint written for it. ``catch_up()`` logs whatever the files hold that MLflow lacks
+    (after a crash between the file write and the log call).
+    """
+
+    def __init__(self, uri: str, run_id: str, trial, k: int):
+        """``trial`` is the trial's :class:`isosweep.trial.files.TrialDir` (records, steps, checkpoints)."""
+        self.client = client(uri)
+        self.run_id = run_id
+        self.trial = trial
+        self.k = k
+        self.metric = f"eval/mean@{k}"
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Read what the run already holds (another process may have logged since)."""
+        history = self.client.get_metric_history(self.run_id, mlflow_name(self.metric))
+        self.eval_logged = max((m.step for m in history), default=-1)
+        self.best = max((m.value for m in history), default=float("-inf"))
+        steps = self.client.get_metric_history(self.run_id, "train/reward")
+        self.steps_logged = max((m.step for m in steps), default=0)
+
+    def catch_up(self) -> int:
+        """Log the records and steps of the trial's files that the run lacks; returns how many records."""
+        self.refresh()
+        missing = [r for r in self.trial.records() if r["rollouts"] > self.eval_logged]
+        for record in missing:
+            self.log(record, checkpoint=False)
+        return len(missing)
+
+    def log(self, record: dict, checkpoint: bool = True) -> None:
+        if record["rollouts"] <= self.eval_logged:
+            return
+        now = int(time.time() * 1000)
+        step = int(record["rollouts"])
+        metrics = [Metric(mlflow_name(key), float(value), now, step) for key, value in record.items()
+                   if key.startswith(EVAL_PREFIXES) and value is not None]
+        metrics.append(Metric("tokens", float(record["tokens"]), now, step))
+        for row in self.trial.steps():
+            if self.steps_logged < row["rollouts"] <= step:
+                metrics.extend(Metric(mlflow_name(key), float(value), now, int(row["rollouts"])) for key, value in row.items()
+                               if key.startswith(STEP_PREFIXES) and value is not None)
+        log_metrics(self.client, self.run_id, metrics)
+        self.steps_logged = max(self.steps_logged, step)
+        self.eval_logged = step
+        value = record[self.metric]
+        if value > self.best:
+            self.best = value
+            if checkpoint:
+                self._log_record_checkpoint(record)
+            self.client.set_tag(self.run_id, "isosweep.best_rollouts", str(step))
+            self.client.set_tag(self.run_id, f"isosweep.best_{mlflow_name(self.metric.split('/')[1])}", f"{value:.4f}")
+
+    def _log_record_checkpoint(self, record: dict) -> None:
+        folder = self.trial.checkpoint_at(record["step"])
+        path = f"records/rollouts-{int(record['rollouts']):09d}"
+        files = [folder / name for name in RECORD_FILES if (folder / name).exists()]
+        if not files:
+            return  # no checkpoint at this step (it was replaced before we got to it)
+        for file in files:
+            self.client.log_artifact(self.run_id, str(file), artifact_path=path)
+        self.client.set_tag(self.run_id, "isosweep.record_checkpoint", path)
+        tags = self.client.get_run(self.run_id).data.tags
+        previous = tags.get("isosweep.records", "")
+        self.client.set_tag(self.run_id, "isosweep.records", ",".join(filter(None, [previous, str(record["rollouts"])])))
+
+    def finish(self, status: str, reason: str | None = None) -> None:
+        if reason:
+            self.client.set_tag(self.run_id, "isosweep.error", reason[:5000])
+        self.client.set_terminated(self.run_id, status=status)
+
+
+@dataclass(frozen=True)
+class MlflowTracker:
+    """Where a trial's records go in a sweep: its child run ``run_id`` on the server at ``uri``.
+
+    Passed to the trial's Ray Train job (it pickles as two strings); rank 0 opens the logger."""
+
+    uri: str
+    run_id: str
+
+    def trial_logger(self, trial, k: int) -> TrialLogger:
+        return TrialLogger(self.uri, self.run_id, trial, k)
+
+
+# ------------------------------------------------------------------------------- reading back
+
+
+def read_curves(mlflow_client, sweep_id: str, k: int) -> list[Curve]:
+    """Every child run of ``sweep_id`` as a :class:`Curve` (eval metrics at step = rollouts)."""
+    found = mlflow_client.search_runs(
+        [experiment_id(mlflow_client)],
+        filter_string=f"tags.`{SWEEP_TAG}` = '{sweep_id}' and tags.`isosweep.kind` = 'trial'", max_results=10_000)
+    curves = []
+    for run in sorted(found, key=lambda r: r.data.tags[TRIAL_TAG]):
+        params = run.data.params
+        values, compute = {}, None
+        for name in ("mean", "best", "worst"):
+            history = sorted(mlflow_client.get_metric_history(run.info.run_id, mlflow_name(f"eval/{name}@{k}")),
+                             key=lambda m: m.step)
+            if not history:
+                break
+            at = [m.step for m in history]
+            if compute is None:
+                compute = at
+            elif at != compute:
+                raise RuntimeError(f"run {run.info.run_id}: eval metrics logged at different steps")
+            values[f"{name}@{k}"] = [m.value for m in history]
+        if not values:
+            continue
+        curves.append(Curve(
+            key=run.data.tags[TRIAL_TAG], config=run.data.tags["isosweep.config"],
+            fields={"n": int(params["n"]), "Bp": int(params["Bp"]), "M": int(params["derived.M"]),
+                    "seed": int(params["seed"])},
+            compute=np.asarray(compute, dtype=float),
+            values={name: np.asarray(v, dtype=float) for name, v in values.items()}))
+    return curves
+
+
+def log_metrics(mlflow_client, run_id: str, metrics: list[Metric]) -> None:
+    """Log ``metrics`` in batches of at most :data:`BATCH` (MLflow's limit per call)."""
+    for i in range(0, len(metrics), BATCH):
+        mlflow_client.log_batch(run_id, metrics=metrics[i:i + BATCH])
+
+
+def log_frontier(mlflow_client, run_id: str, analysis) -> None:
+    """A sweep's frontier (an :class:`isosweep.report.analysis.Analysis`) as metrics of its parent run
+    (step = C), so MLflow charts it too, and its n* saturation and best config as tags."""
+    now = int(time.time() * 1000)
+    metrics = []
+    for name, m in analysis.metrics.items():
+        for row in m.rows:
+            if row["config"] is None:
+                continue
+            step = int(row["C"])
+            metrics.append(Metric(mlflow_name(f"frontier/{name}"), row["value"], now, step))
+            if name == analysis.primary:
+                metrics += [Metric("frontier/n_star", row["n"], now, step), Metric("frontier/Bp_star", row["Bp"], now, step)]
+    seen = {(m.key, m.step, m.value) for key in {m.key for m in metrics}
+            for m in mlflow_client.get_metric_history(run_id, key)}
+    log_metrics(mlflow_client, run_id, [m for m in metrics if (m.key, m.step, m.value) not in seen])  # `frontier` run again
+    primary = analysis.metrics[analysis.primary]
+    saturation = primary.saturation
+    mlflow_client.set_tag(run_id, "isosweep.n_star_saturation",
+                          "none (still changing)" if saturation is None else
+                          ("no fit" if math.isnan(saturation) else f"{saturation:.0f}"))
+    if primary.rows and primary.rows[-1]["config"]:
+        mlflow_client.set_tag(run_id, "isosweep.best_config_at_budget", primary.rows[-1]["config"])
+
+
+# ------------------------------------------------------------------------------- HPO studies
+
+
+def close_hpo_trial(mlflow_client, uri: str, sweep_id: str, entry, reason, trial, k: int) -> None:
+    """Tag a finished HPO trial's child run (stop reason, cost; ``entry`` is its
+    :class:`isosweep.hpo.ledger.TrialEntry`) and close it, caught up to its files (``trial``) first:
+    a stopped trial's function was ended before it could close its run itself."""
+    run = find_child(mlflow_client, sweep_id, entry.key)
+    if run is None:
+        return
+    tags = {"isosweep.stop_reason": entry.stop_reason, "isosweep.hpo.cost": f"{entry.cost:.1f}",
+            "isosweep.hpo.reached_rollouts": str(entry.reached)}
+    if reason is not None:
+        tags["isosweep.stop_detail"] = str(reason)[:5000]
+    for name, value in tags.items():
+        mlflow_client.set_tag(run.info.run_id, name, value)
+    if run.info.status == "RUNNING":
+        TrialLogger(uri, run.info.run_id, trial, k).catch_up()
+        mlflow_client.set_terminated(run.info.run_id, status="FAILED" if entry.status == "failed" else "FINISHED")
+
+
+def log_hpo_progress(mlflow_client, parent_id: str, metric: str, entry, trajectory: list[dict]) -> None:
+    """The study's spend, the finished trial's cost and value and the incumbent, on the parent run
+    (step = spent compute, so MLflow charts the incumbent over spent compute)."""
+    point = trajectory[-1]
+    now, step = int(time.time() * 1000), int(round(point["spent"]))
+    metrics = [Metric("hpo/spent", point["spent"], now, len(trajectory)), Metric("hpo/trial_cost", entry.cost, now, step)]
+    if entry.value is not None:
+        metrics.append(Metric(f"hpo/trial_{mlflow_name(metric)}", entry.value, now, step))
+    if point["incumbent"] is not None:
+        metrics.append(Metric("hpo/incumbent", point["incumbent"], now, step))
+    if point["best_any"] is not None:
+        metrics.append(Metric("hpo/best_any_size", point["best_any"], now, step))
+    log_metrics(mlflow_client, parent_id, metrics)
+
+
+def log_hpo_summary(mlflow_client, parent_id: str, result: dict, files: list) -> None:
+    """A finished study's summary files under ``hpo/`` of its parent run, the recommendation and best as tags."""
+    for path in files:
+        mlflow_client.log_artifact(parent_id, str(path), artifact_path="hpo")
+    if result["recommended"]:
+        mlflow_client.set_tag(parent_id, "isosweep.recommended", json.dumps(result["recommended"]))
+    if result["best_target"]:
+        best = result["best_target"]
+        mlflow_client.set_tag(parent_id, "isosweep.best_target", f"{best['value']:.4f} ({best['trial']})")

@@ -1,0 +1,95 @@
+"""The local MLflow tracking server: started (or reused) on 127.0.0.1, stopped by its PID.
+
+If ``MLFLOW_TRACKING_URI`` is unset, :func:`ensure_server` starts (or reuses) ``mlflow server``
+with a SQLite backend and on-disk artifacts under ``$ISOSWEEP_MLFLOW_DIR`` (default ``.mlflow``),
+bound to 127.0.0.1 on ``$ISOSWEEP_MLFLOW_PORT`` (default 5000). It only talks HTTP to the server
+and starts it as a process: it does not import mlflow.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+EXPERIMENT = "isosweep"
+"""The MLflow experiment every study and trial of isosweep is logged to."""
+
+
+def store_dir() -> Path:
+    root = Path(__file__).resolve().parents[3]
+    return Path(os.environ.get("ISOSWEEP_MLFLOW_DIR", root / ".mlflow")).resolve()
+
+
+def server_port() -> int:
+    return int(os.environ.get("ISOSWEEP_MLFLOW_PORT", "5000"))
+
+
+def _healthy(uri: str, timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def ensure_server(log=print, wait_s: float = 300.0) -> str:
+    """The tracking URI: ``$MLFLOW_TRACKING_URI`` if set, else a local server (started if not up).
+
+    The local server outlives the sweep (so the UI stays browsable); :func:`stop_server` or
+    ``make ui-stop`` stops it. Its PID and log are in the store directory.
+    """
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    store, port = store_dir(), server_port()
+    uri = f"http://127.0.0.1:{port}"
+    if _healthy(uri):
+        return uri
+    store.mkdir(parents=True, exist_ok=True)
+    (store / "artifacts").mkdir(exist_ok=True)
+    mlflow_bin = Path(sys.executable).with_name("mlflow")
+    command = [str(mlflow_bin) if mlflow_bin.exists() else "mlflow", "server",
+               "--backend-store-uri", f"sqlite:///{store / 'mlflow.db'}",
+               "--artifacts-destination", str(store / "artifacts"),
+               "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    log(f"[mlflow] starting a local tracking server on {uri} (store {store})")
+    with open(store / "server.log", "ab") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    (store / "server.pid").write_text(str(proc.pid))
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if _healthy(uri):
+            return uri
+        if proc.poll() is not None:
+            tail = (store / "server.log").read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"mlflow server exited with status {proc.returncode}; port {port} busy? "
+                               f"(set ISOSWEEP_MLFLOW_PORT) -- last lines of {store / 'server.log'}:\n{tail}")
+        time.sleep(0.5)
+    raise RuntimeError(f"mlflow server did not answer {uri}/health within {wait_s:.0f} s; see {store / 'server.log'}")
+
+
+def stop_server() -> bool:
+    """Stop the local server this store started (by PID); returns whether one was running."""
+    pid_file = store_dir() / "server.pid"
+    if not pid_file.exists():
+        return False
+    pid = int(pid_file.read_text())
+    pid_file.unlink()
+    try:
+        os.killpg(pid, signal.SIGTERM)  # the server and its gunicorn/uvicorn workers
+    except ProcessLookupError:
+        return False
+    for _ in range(50):
+        try:
+            os.killpg(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    os.killpg(pid, signal.SIGKILL)
+    return True

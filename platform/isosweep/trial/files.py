@@ -1,0 +1,211 @@
+"""A trial's directory on disk, and the one place that knows its layout.
+
+    <trial>/metrics.jsonl            one eval record per line (``step``, ``rollouts``, ``eval/...``)
+            steps.jsonl              per-step training statistics
+            checkpoints/step-NNNNNN/ the latest and the best checkpoint: ``save_pretrained`` files,
+                                     ``deepspeed/`` (optimizer state) and ``trainer_state.pt``
+                                     (the eval record the checkpoint was taken at)
+            checkpoints/best         the name of the best checkpoint
+            STOP                     written by whoever stops the trial early (an HPO study)
+            STOPPED                  written by the trial when it has seen STOP and ended
+            trial.log                the trial's log lines
+
+Everything that reads or writes these files goes through :class:`TrialDir`: the training loop
+(records, checkpoints, resume), the runners (finished or not, stopping a trial), the MLflow
+logger (what to catch up) and an HPO study's promotion (a trial continued from another's
+checkpoint). Writes that replace a file are atomic (temporary name, then rename), so a crash
+never leaves a half-written checkpoint or metrics file behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import torch
+
+METRICS_FILE = "metrics.jsonl"
+STEPS_FILE = "steps.jsonl"
+CHECKPOINTS = "checkpoints"
+STATE_FILE = "trainer_state.pt"
+STOP_FILE = "STOP"
+"""Written into a trial's directory by whoever decides to stop it early (an HPO study's stopper or
+scheduler): the loop ends before its next step, and its Ray Train job with it."""
+STOPPED_FILE = "STOPPED"
+"""Written by the loop when it has seen ``STOP`` and ended: the step it stopped at."""
+LOG_FILE = "trial.log"
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` in one rename (a reader sees the old or the new file, never half)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The JSON objects of a JSONL file, one per non-empty line (empty if the file does not exist)."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def jsonl_text(rows: list[dict]) -> str:
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+class TrialDir:
+    """One trial's directory: its records, per-step statistics, checkpoints and stop signals."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"TrialDir({str(self.path)!r})"
+
+    @property
+    def log_file(self) -> Path:
+        return self.path / LOG_FILE
+
+    # -- records and per-step statistics ------------------------------------------------------
+    def records(self) -> list[dict]:
+        """The eval records of ``metrics.jsonl`` (empty if none)."""
+        return read_jsonl(self.path / METRICS_FILE)
+
+    def steps(self) -> list[dict]:
+        """The per-step statistics of ``steps.jsonl`` (empty if none)."""
+        return read_jsonl(self.path / STEPS_FILE)
+
+    def append_record(self, record: dict) -> None:
+        with open(self.path / METRICS_FILE, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def append_step(self, stats: dict) -> None:
+        with open(self.path / STEPS_FILE, "a") as f:
+            f.write(json.dumps(stats) + "\n")
+
+    def is_finished(self, last_step: int) -> bool:
+        """Whether the trial has evaluated at ``last_step`` (its M)."""
+        records = self.records()
+        return bool(records) and records[-1]["step"] == last_step
+
+    def reset(self) -> None:
+        """A fresh start: nothing of an earlier attempt's records or statistics is kept."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        for name in (METRICS_FILE, STEPS_FILE):
+            (self.path / name).unlink(missing_ok=True)
+
+    def truncate_to(self, record: dict) -> None:
+        """Make the files agree with a checkpoint taken at ``record``: records after it are dropped
+        (they will be recomputed), the record itself is restored if the file lacks it (a crash
+        between the checkpoint and the append), and per-step statistics after its step are dropped."""
+        kept = [r for r in self.records() if r["step"] < record["step"]] + [record]
+        atomic_write(self.path / METRICS_FILE, jsonl_text(kept))
+        atomic_write(self.path / STEPS_FILE, jsonl_text([r for r in self.steps() if r["step"] <= record["step"]]))
+
+    # -- checkpoints --------------------------------------------------------------------------
+    @property
+    def checkpoint_root(self) -> Path:
+        return self.path / CHECKPOINTS
+
+    def checkpoints(self) -> list[Path]:
+        """The complete checkpoints, oldest first (a temporary folder of a crashed save is not one)."""
+        root = self.checkpoint_root
+        return sorted(p for p in root.glob("step-*") if (p / STATE_FILE).exists()) if root.exists() else []
+
+    def latest_checkpoint(self) -> Path | None:
+        found = self.checkpoints()
+        return found[-1] if found else None
+
+    def checkpoint_at(self, step: int) -> Path:
+        """Where the checkpoint of ``step`` lives once complete."""
+        return self.checkpoint_root / f"step-{step:06d}"
+
+    def checkpoint_tmp(self, step: int) -> Path:
+        """Where the checkpoint of ``step`` is written before it is complete."""
+        return self.checkpoint_root / f".tmp-step-{step:06d}"
+
+    @staticmethod
+    def write_checkpoint_state(folder: Path, record: dict, is_best: bool) -> None:
+        torch.save({"record": record, "best": is_best}, folder / STATE_FILE)
+
+    @staticmethod
+    def checkpoint_record(folder: Path) -> dict:
+        """The eval record a checkpoint was taken at."""
+        return torch.load(folder / STATE_FILE, weights_only=False)["record"]
+
+    def commit_checkpoint(self, step: int, is_best: bool) -> Path:
+        """Rename the finished temporary checkpoint of ``step`` into place; keep only the latest and the best."""
+        tmp, final = self.checkpoint_tmp(step), self.checkpoint_at(step)
+        shutil.rmtree(final, ignore_errors=True)
+        os.rename(tmp, final)
+        best_file = self.checkpoint_root / "best"
+        if is_best:
+            atomic_write(best_file, final.name)
+        keep = {final.name, best_file.read_text().strip() if best_file.exists() else ""}
+        for old in self.checkpoints():
+            if old.name not in keep:
+                shutil.rmtree(old)
+        return final
+
+    def promote_from(self, source: TrialDir) -> int:
+        """Start this trial from ``source``'s latest checkpoint; returns the rollouts it holds.
+
+        Copies (hard-links where the filesystem allows) the checkpoint and the records and per-step
+        statistics up to it, so that the training loop resumes at that step here and the source
+        trial stays as it was. A trial promoted before (a resumed study) keeps what it has."""
+        checkpoint = source.latest_checkpoint()
+        if checkpoint is None:
+            raise FileNotFoundError(f"{source.path}: no checkpoint to promote from")
+        mine = self.latest_checkpoint()
+        if mine is not None:
+            return int(self.checkpoint_record(mine)["rollouts"])
+        record = self.checkpoint_record(checkpoint)
+        tmp = TrialDir(self.path.with_name(f".{self.path.name}.promote"))
+        shutil.rmtree(tmp.path, ignore_errors=True)
+        tmp.checkpoint_root.mkdir(parents=True)
+        shutil.copytree(checkpoint, tmp.checkpoint_root / checkpoint.name, copy_function=_link_or_copy)
+        (tmp.path / METRICS_FILE).write_text(jsonl_text([r for r in source.records() if r["step"] <= record["step"]]))
+        (tmp.path / STEPS_FILE).write_text(jsonl_text([r for r in source.steps() if r["step"] <= record["step"]]))
+        shutil.rmtree(self.path, ignore_errors=True)
+        os.replace(tmp.path, self.path)
+        return int(record["rollouts"])
+
+    # -- stopping early -----------------------------------------------------------------------
+    def request_stop(self, reason: str) -> None:
+        """Ask the trial to end before its next step (it acknowledges with ``STOPPED``)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        (self.path / STOP_FILE).write_text(reason)
+
+    def stop_requested(self) -> bool:
+        return (self.path / STOP_FILE).exists()
+
+    def stop_reason(self) -> str:
+        return (self.path / STOP_FILE).read_text().strip()
+
+    def acknowledge_stop(self, step: int) -> None:
+        atomic_write(self.path / STOPPED_FILE, str(step))
+
+    def stop_acknowledged(self) -> bool:
+        return (self.path / STOPPED_FILE).exists()
+
+    def wait_for_stop(self, timeout_s: float = 30.0, idle_s: float = 3.0) -> None:
+        """Wait until the trial has acknowledged its stop, has trained nothing for ``idle_s`` (Tune's
+        stop took its Ray Train job down with it) or ``timeout_s`` passed, so that the cost charged
+        includes every step it trained."""
+        deadline = time.monotonic() + timeout_s
+        steps = self.path / STEPS_FILE
+        while time.monotonic() < deadline:
+            if not self.log_file.exists() or self.stop_acknowledged():
+                return
+            if not steps.exists() or time.time() - steps.stat().st_mtime > idle_s:
+                return
+            time.sleep(0.2)

@@ -1,0 +1,391 @@
+"""One GRPO trial, top to bottom: sample n completions for each of Bp problems, reward them,
+compute group advantages, take one policy-gradient step, publish the weights; repeat M times.
+
+``train_loop(cfg, out)`` is the whole trial and is written as the per-worker function of a
+Ray Train job: everything it needs comes from the config and the output directory, problem
+order and sampling seeds are pure functions of ``(seed, step)``, and its state lives in
+checkpoints, so a restarted worker resumes where the last checkpoint left off.
+
+Outputs in ``out``:
+- ``metrics.jsonl``: one JSON object per evaluation, with ``step``, ``rollouts`` (compute
+  consumed, the x-axis), ``eval/mean@k``, ``eval/best@k``, ``eval/worst@k``, training
+  statistics averaged over the steps since the previous evaluation (``train/...``, null at
+  rollouts 0), and ``rollout/...``, ``mismatch/...`` and ``system/...`` figures;
+- ``checkpoints/step-NNNNNN/``: the latest and the best (record mean@k) checkpoints, each a
+  ``save_pretrained`` directory (safetensors) plus ``trainer_state.pt``; written to a
+  temporary name and renamed, so a crash never leaves a half-written checkpoint.
+
+A file ``STOP`` in ``out`` ends the trial before its next step (an HPO study stopping it early); the
+trial answers with ``STOPPED``. :mod:`isosweep.trial.files` owns the layout of ``out``.
+
+Departures from the textbook loop: one optimizer step per batch, so the PPO ratio is 1 at the
+step and the clip only matters when a correction reweights tokens; the KL to the reference and
+the entropy are measured every step even when their coefficients are 0, because they are the
+health signals of a run.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from isosweep.algo.correction import ais_alpha, ais_weights, mismatch_metrics, tis_weights
+from isosweep.algo.estimators import summarize
+from isosweep.algo.grpo import entropy_from_logits, group_advantages, grpo_loss, k3_kl, token_logprobs
+from isosweep.models.problemsets import probe_pass_rates, select
+from isosweep.models.warmup import PROBE_FILE, resolve_model
+from isosweep.rollout.base import RolloutEngine, Rollouts
+from isosweep.rollout.hf import HFEngine
+from isosweep.rollout.pool import RolloutPool
+from isosweep.rollout.vllm import VLLMEngine
+from isosweep.spec.profiles import get_profile, vllm_engine_args
+from isosweep.spec.trial import (
+    DIFFICULTY_BANDS,
+    TrialConfig,
+    entropy_coef,
+    eval_steps,
+    kl_coef,
+    learning_rate,
+    steps,
+)
+from isosweep.spec.yamlio import ConfigError
+from isosweep.tasks import Problem, get_task
+from isosweep.trial.files import TrialDir
+from isosweep.trial.learner import gathered_state_dict, init_distributed, load_state, make_learner, save_state
+
+PROBE_POOL, PROBE_SAMPLES = 1024, 8
+"""Pool size and samples per problem when a non-tiny model's problem sets must be probed."""
+
+
+@dataclass(frozen=True)
+class ProblemSets:
+    """Train problems and held-out eval problems of one difficulty."""
+
+    train: list[Problem]
+    eval: list[Problem]
+
+
+def problem_sets(cfg: TrialConfig, model_path: str, engine: RolloutEngine) -> ProblemSets:
+    """The easy or hard set of ``cfg.task`` for this base model, from its probe (measured now if absent)."""
+    probe_file = Path(model_path) / PROBE_FILE
+    if probe_file.exists():
+        probe = json.loads(probe_file.read_text())
+    else:
+        probe = probe_pass_rates(engine, get_task(cfg.task.name), cfg.task.levels, PROBE_POOL, PROBE_SAMPLES, cfg.seed)
+    band = DIFFICULTY_BANDS[cfg.task.difficulty]
+    train = select(probe, cfg.task.name, "train", cfg.task.levels, band)
+    held_out = select(probe, cfg.task.name, "eval", cfg.task.levels, band)
+    if len(train) < cfg.Bp or not held_out:
+        raise ConfigError(
+            f"task.difficulty={cfg.task.difficulty!r} on levels {list(cfg.task.levels)} leaves {len(train)} train and "
+            f"{len(held_out)} eval problems for this base model (base pass rate in {band}); "
+            f"allowed: at least Bp = {cfg.Bp} train problems and one eval problem -- choose other levels")
+    random.Random(cfg.seed).shuffle(held_out)
+    return ProblemSets(train, held_out[:cfg.task.eval_problems])
+
+
+def batch_problems(train: list[Problem], Bp: int, step: int, seed: int) -> list[Problem]:
+    """The ``Bp`` problems of ``step``: epochs over a per-epoch shuffle, a pure function of (seed, step)."""
+    chosen = []
+    for index in range(step * Bp, (step + 1) * Bp):
+        epoch, offset = divmod(index, len(train))
+        order = list(range(len(train)))
+        random.Random(f"{seed}:epoch:{epoch}").shuffle(order)
+        chosen.append(train[order[offset]])
+    return chosen
+
+
+def pack(rollouts: Rollouts, pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded ``prompt + completion`` ids and, aligned with next-token targets
+    ``ids[:, 1:]``, the completion mask and the rollout engine's log-probs, each ``(batch, tokens - 1)``."""
+    rows = [p + c for p, c in zip(rollouts.prompt_ids, rollouts.completion_ids)]
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attention = torch.zeros_like(ids)
+    mask = torch.zeros((len(rows), width - 1))
+    rollout_logp = torch.zeros((len(rows), width - 1))
+    for i, (prompt, completion, logp) in enumerate(zip(rollouts.prompt_ids, rollouts.completion_ids, rollouts.logprobs)):
+        ids[i, :len(prompt) + len(completion)] = torch.tensor(prompt + completion)
+        attention[i, :len(prompt) + len(completion)] = 1
+        span = slice(len(prompt) - 1, len(prompt) - 1 + len(completion))
+        mask[i, span] = 1.0
+        rollout_logp[i, span] = torch.tensor(logp)
+    return {"ids": ids, "attention": attention, "mask": mask, "rollout_logp": rollout_logp}
+
+
+def eval_correct(engine: RolloutEngine, problems: list[Problem], task_name: str, samples: int, seed: int) -> np.ndarray:
+    """0/1 correctness of ``samples`` completions per problem, shape ``(problems, samples)``."""
+    task = get_task(task_name)
+    rollouts = engine.generate([p.prompt for p in problems], samples, seed=seed)
+    correct = [task.reward(problems[i // samples], text) for i, text in enumerate(rollouts.texts)]
+    return np.array(correct).reshape(len(problems), samples)
+
+
+def evaluate(engine: RolloutEngine, problems: list[Problem], cfg: TrialConfig) -> dict[str, float]:
+    """``eval/mean@k``, ``eval/best@k``, ``eval/worst@k`` (and the stderr of mean@k) on held-out problems."""
+    correct = eval_correct(engine, problems, cfg.task.name, cfg.eval.samples, seed=cfg.seed + 7_919)
+    return {f"eval/{key}": value for key, value in summarize(correct, cfg.eval.k).items()}
+
+
+def make_engine(cfg: TrialConfig, model_path: str, tokenizer, rank: int, run_id: str) -> tuple[RolloutEngine, bool]:
+    """The rollout engine of ``cfg.rollout.engine`` and whether it is shared by all trainer workers.
+
+    ``hf``: an in-process model per worker. ``vllm``: inside a Ray job, ``cfg.rollout.actors``
+    vLLM actors that rank 0 starts and every rank shares (rank 0 alone publishes weights);
+    outside Ray, one in-process vLLM engine.
+    """
+    if cfg.rollout.engine == "hf":
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+        model.to("cuda" if torch.cuda.is_available() else "cpu")
+        return HFEngine(model, tokenizer, cfg.rollout.max_new_tokens, cfg.rollout.temperature,
+                        precision=cfg.rollout.precision), False
+    import ray
+
+    if not ray.is_initialized():
+        return VLLMEngine(model_path, cfg.rollout.max_new_tokens, cfg.rollout.temperature,
+                          precision=cfg.rollout.precision, seed=cfg.seed), False
+    profile = get_profile(cfg.profile)
+    names = [f"rollout-{run_id}-{i}" for i in range(cfg.rollout.actors)]
+    pool = None
+    if rank == 0:
+        pool = RolloutPool.spawn(names, model_path, cfg.rollout.max_new_tokens, cfg.rollout.temperature,
+                                 cfg.rollout.precision, cfg.seed, profile.rollout.CPU, profile.rollout.GPU,
+                                 weight_sync=profile.weight_sync,
+                                 engine_kwargs=vllm_engine_args(profile, cfg.rollout.precision))
+    if dist.get_world_size() > 1:
+        dist.barrier()
+    return pool or RolloutPool.attach(names), True
+
+
+def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = print,
+               report: Callable[[dict], None] | None = None, run_id: str = "local") -> list[dict]:
+    """Run (or resume) one trial into ``out``; returns the eval records, one per evaluation.
+
+    Runs on every trainer worker (``report`` is ``ray.train.report`` inside a Ray Train job):
+    each worker takes its share of the step's problems, DeepSpeed averages the gradients, rank 0
+    evaluates, checkpoints, writes the metrics and publishes the weights to shared rollout actors.
+    """
+    trial = TrialDir(out)
+    gpu = torch.cuda.is_available()
+    rank, world = init_distributed("nccl" if gpu else "gloo")
+    torch.manual_seed(cfg.seed)
+    model_path = resolve_model(cfg.model.name, cfg.task.name, cfg.model.warmup_seed)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    policy = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    reference = copy.deepcopy(policy).eval().requires_grad_(False)
+    engine, shared_engine = make_engine(cfg, model_path, tokenizer, rank, run_id)
+    sets = problem_sets(cfg, model_path, engine)
+    task = get_task(cfg.task.name)
+    learner = make_learner(policy, cfg, gpu)
+    device = learner.device
+    reference.to(device)
+    total_steps, per_step = steps(cfg), cfg.Bp * cfg.n
+    evals = set(eval_steps(cfg))
+    kl_weight, entropy_weight = kl_coef(cfg), entropy_coef(cfg)
+    params = sum(p.numel() for p in policy.parameters())
+    publisher = rank == 0 or not shared_engine
+
+    state = resume(trial, learner, rank)
+    step, tokens, wall = state["step"], state["tokens"], state["wall_s"]
+    records = trial.records() if rank == 0 else []
+    if publisher:
+        engine.update_weights(gathered_state_dict(learner), version=step)
+    if world > 1:
+        dist.barrier()
+    best = max((r[f"eval/mean@{cfg.eval.k}"] for r in records), default=-1.0)
+    if rank == 0:
+        log(f"[trial] {cfg.task.name}/{cfg.task.difficulty} {cfg.model.name}: {len(sets.train)} train / "
+            f"{len(sets.eval)} eval problems, Bp={cfg.Bp} n={cfg.n} M={total_steps} lr={learning_rate(cfg):.2e} "
+            f"rollouts={cfg.rollout.engine}/{cfg.rollout.precision} correction={cfg.algorithm.correction} "
+            f"workers={world}" + (f", resuming at step {step}" if step else ""))
+
+    window: list[dict[str, float]] = []
+    started = time.perf_counter() - wall
+    while True:
+        if step in evals:
+            record = None  # rank 0 evaluates unless this step's record exists (a resumed run)
+            if rank == 0 and not (records and records[-1]["step"] == step):
+                t_eval = time.perf_counter()
+                record = {"step": step, "rollouts": step * per_step, "tokens": tokens,
+                          "system/trainer_flops": 6 * params * tokens,
+                          **evaluate(engine, sets.eval, cfg), **_average(window, step)}
+                record["time/eval_s"] = time.perf_counter() - t_eval
+                record["system/wall_s"] = time.perf_counter() - started
+            record = _broadcast(record, world)
+            if record is not None:
+                is_best = record[f"eval/mean@{cfg.eval.k}"] > best
+                best = max(best, record[f"eval/mean@{cfg.eval.k}"])
+                save_checkpoint(trial, learner, tokenizer, record, is_best, rank, world)
+                if rank == 0:
+                    trial.append_record(record)
+                    records.append(record)
+                    log(f"[trial] step {step}/{total_steps} rollouts {record['rollouts']} "
+                        f"mean@{cfg.eval.k} {record[f'eval/mean@{cfg.eval.k}']:.3f} "
+                        f"best@{cfg.eval.k} {record[f'eval/best@{cfg.eval.k}']:.3f} "
+                        f"worst@{cfg.eval.k} {record[f'eval/worst@{cfg.eval.k}']:.3f}")
+                if report is not None:
+                    report(record)
+            window = []
+        if step == total_steps:
+            return records
+        if _broadcast(trial.stop_requested() if rank == 0 else None, world):
+            if rank == 0:
+                log(f"[trial] stopped at step {step}/{total_steps}: {trial.stop_reason()}")
+                trial.acknowledge_stop(step)
+            return records
+
+        # 1. sample n completions for each of this worker's Bp / world problems
+        problems = batch_problems(sets.train, cfg.Bp, step, cfg.seed)[rank::world]
+        t0 = time.perf_counter()
+        rollouts = engine.generate([p.prompt for p in problems], cfg.n, seed=(cfg.seed * 1_000_003 + step) * 64 + rank)
+        if rollouts.policy_version != step:
+            raise RuntimeError(f"stale rollouts: policy version {rollouts.policy_version}, trainer at {step}")
+        t1 = time.perf_counter()
+        # 2. reward and group advantages
+        rewards = torch.tensor([task.reward(problems[i // cfg.n], text) for i, text in enumerate(rollouts.texts)])
+        advantages, adv_stats = group_advantages(rewards.view(len(problems), cfg.n), cfg.algorithm.scale_adv_by_std)
+        advantages = advantages.reshape(-1).to(device)
+        batch = {k: v.to(device) for k, v in pack(rollouts, tokenizer.pad_token_id).items()}
+        mask = batch["mask"]
+        t2 = time.perf_counter()
+        # 3. the trainer recomputes log-probs of the sampled tokens (and the reference's)
+        learner.train()
+        logits = learner(input_ids=batch["ids"], attention_mask=batch["attention"]).logits[:, :-1].float()
+        logp = token_logprobs(logits, batch["ids"][:, 1:], cfg.rollout.temperature)
+        with torch.no_grad():
+            ref_logits = reference(input_ids=batch["ids"], attention_mask=batch["attention"]).logits[:, :-1].float()
+            ref_logp = token_logprobs(ref_logits, batch["ids"][:, 1:], cfg.rollout.temperature)
+        old_logp = logp.detach()
+        mismatch = mismatch_metrics(old_logp, batch["rollout_logp"], mask)
+        alpha, ais_stats = ais_alpha(old_logp, batch["rollout_logp"], advantages, mask, cfg.algorithm.is_cap,
+                                     cfg.algorithm.ais_delta, cfg.algorithm.ais_beta, cfg.algorithm.ais_gamma)
+        weights = {
+            "none": lambda: None,
+            "tis": lambda: tis_weights(old_logp, batch["rollout_logp"], mask, cfg.algorithm.is_cap)[0],
+            "ais": lambda: ais_weights(old_logp, batch["rollout_logp"], mask, alpha, cfg.algorithm.is_cap),
+        }[cfg.algorithm.correction]()
+        t3 = time.perf_counter()
+        # 4. one GRPO step (DeepSpeed averages gradients across workers and clips them)
+        entropy = entropy_from_logits(logits / cfg.rollout.temperature, mask)
+        loss, loss_stats = grpo_loss(
+            logp, old_logp, advantages, mask, cfg.algorithm.clip_low, cfg.algorithm.clip_high,
+            kl_coef=kl_weight, ref_logp=ref_logp, entropy_coef=entropy_weight, entropy=entropy, weights=weights)
+        learner.backward(loss)
+        learner.step()
+        grad_norm = learner.get_global_grad_norm()
+        t4 = time.perf_counter()
+        # 5. publish the new weights before the next rollout
+        step += 1
+        if publisher:
+            engine.update_weights(gathered_state_dict(learner), version=step)
+        if shared_engine and world > 1:
+            dist.barrier()  # no worker samples before rank 0 has published version `step`
+        t5 = time.perf_counter()
+
+        stats = _all_mean({
+            "train/reward": float(rewards.mean()),
+            "train/kl": float(k3_kl(old_logp, ref_logp, mask)),
+            "train/entropy": float(entropy.detach()),
+            "train/loss": float(loss.detach()),
+            "train/frac_zero_std": float(adv_stats["frac_zero_std"]),
+            "train/clip_frac": float(loss_stats["clip_frac"]),
+            "rollout/length": rollouts.num_tokens / len(rollouts.texts),
+            "rollout/tokens": float(rollouts.num_tokens),
+            **{f"mismatch/{key}": float(value) for key, value in mismatch.items()},
+            **{f"ais/{key}": float(value) for key, value in ais_stats.items()},
+        }, world)
+        stats.update({"train/grad_norm": float(grad_norm or 0.0), "rollout/policy_version": rollouts.policy_version,
+                      "time/generate_s": t1 - t0, "time/reward_s": t2 - t1, "time/logprob_s": t3 - t2,
+                      "time/train_s": t4 - t3, "time/sync_s": t5 - t4})
+        tokens += int(round(stats["rollout/tokens"] * world))
+        window.append(stats)
+        if rank == 0:
+            trial.append_step({"step": step, "rollouts": step * per_step, **stats})
+
+
+def _average(window: list[dict[str, float]], step: int) -> dict[str, float | None]:
+    """Mean of each training statistic over the steps since the last evaluation (null before any step)."""
+    keys = ("train/reward", "train/kl", "train/entropy")
+    if not window:
+        return {key: None for key in keys} if step == 0 else {}
+    return {key: sum(row[key] for row in window) / len(window) for key in window[0]}
+
+
+def _all_mean(stats: dict[str, float], world: int) -> dict[str, float]:
+    """Average scalar statistics over trainer workers (the identity for one worker)."""
+    if world == 1:
+        return stats
+    values = torch.tensor(list(stats.values()), dtype=torch.float64)
+    dist.all_reduce(values)
+    return dict(zip(stats, (values / world).tolist()))
+
+
+def _broadcast(obj, world: int):
+    """Rank 0's ``obj`` on every rank."""
+    if world == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+# ---------------------------------------------------------------- checkpoints
+
+
+def save_checkpoint(trial: TrialDir, learner, tokenizer, record: dict, is_best: bool, rank: int, world: int) -> Path:
+    """Write the checkpoint of ``record["step"]`` atomically (temporary name, then rename); keep the latest and the best.
+
+    Every rank writes its DeepSpeed partition; rank 0 writes the model (safetensors), the
+    tokenizer and the eval record, then renames the directory once all ranks are done.
+    """
+    step = record["step"]
+    tmp = trial.checkpoint_tmp(step)
+    if rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    if world > 1:
+        dist.barrier()
+    weights = gathered_state_dict(learner)
+    save_state(learner, tmp / "deepspeed")
+    if rank == 0:
+        learner.module.save_pretrained(tmp, state_dict=weights, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        trial.write_checkpoint_state(tmp, record, is_best)
+    if world > 1:
+        dist.barrier()
+    final = trial.checkpoint_at(step)
+    if rank == 0:
+        trial.commit_checkpoint(step, is_best)
+    if world > 1:
+        dist.barrier()
+    return final
+
+
+def resume(trial: TrialDir, learner, rank: int) -> dict:
+    """Load the latest checkpoint into the learner (weights and optimizer state); its step, tokens and wall time.
+
+    Records newer than the checkpoint are dropped (they will be recomputed), and a record the
+    checkpoint holds but the file lacks (a crash between the two writes) is restored, so no eval
+    point is duplicated or lost. Per-step statistics are truncated the same way.
+    """
+    latest = trial.latest_checkpoint()
+    if latest is None:
+        if rank == 0:
+            trial.reset()
+        return {"step": 0, "tokens": 0, "wall_s": 0.0}
+    load_state(learner, latest / "deepspeed")
+    record = trial.checkpoint_record(latest)
+    if rank == 0:
+        trial.truncate_to(record)
+    return {"step": record["step"], "tokens": record["tokens"], "wall_s": record["system/wall_s"]}

@@ -1,0 +1,166 @@
+"""The sweep's frontier analysis on synthetic sweeps whose answer is known."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import numpy as np
+import pytest
+
+from isosweep.report import frontier as F
+from isosweep.report.analysis import analyse, table_text, write_outputs
+from isosweep.track.curves import Curve
+
+BUDGET = 100_000
+COMPUTE = np.concatenate([[0.0], np.unique(np.round(np.geomspace(BUDGET / 64, BUDGET, 12)))])
+
+# Small n learns fast and plateaus low; large n starts slow and goes higher: n* grows with C
+# and the crossing points are known from the curves themselves.
+TRUE = {
+    "n4-Bp16": dict(R0=0.50, A=0.62, C_mid=4_000.0, B=2.0),
+    "n8-Bp16": dict(R0=0.50, A=0.70, C_mid=15_000.0, B=2.0),
+    "n16-Bp16": dict(R0=0.50, A=0.74, C_mid=60_000.0, B=2.0),
+}
+
+
+def curve(key: str, noise: float, seed: int, tweak: float = 0.0) -> Curve:
+    rng = np.random.default_rng(seed)
+    p = TRUE[key]
+    clean = np.where(COMPUTE > 0, F.sigmoid(np.maximum(COMPUTE, 1.0), **p), p["R0"])
+    values = {}
+    for name, shift in (("mean@4", 0.0), ("best@4", 0.2), ("worst@4", -0.3)):
+        values[name] = clean + shift + tweak + rng.normal(0.0, noise, len(COMPUTE))
+    n = int(key.split("-")[0][1:])
+    return Curve(key=key, config=key, fields={"n": n, "Bp": 16, "M": BUDGET // (16 * n), "seed": seed},
+                 compute=COMPUTE.copy(), values=values)
+
+
+def true_best(C: float) -> str:
+    return max(TRUE, key=lambda k: F.sigmoid(C, **TRUE[k]))
+
+
+def test_noise_free_sweep_recovers_the_true_frontier_and_n_star():
+    curves = [curve(key, 0.0, 0) for key in TRUE]
+    result = analyse(curves, title="synthetic", study="isocompute", budget=BUDGET, primary="mean@4", points=8, bootstrap=0)
+    rows = result.metrics["mean@4"].rows
+    for row in rows:
+        assert row["config"] == true_best(row["C"]), row
+        assert row["value"] == pytest.approx(F.sigmoid(row["C"], **TRUE[row["config"]]), abs=2e-3)
+        assert row["n"] == int(row["config"].split("-")[0][1:]) and row["Bp"] == 16
+    ns = [row["n"] for row in rows]
+    assert ns == sorted(ns) and ns[0] < ns[-1]  # n* grows with C here
+    for key, fit in result.metrics["mean@4"].fits.items():
+        assert fit.params["A"] == pytest.approx(TRUE[key]["A"], abs=0.01)
+        assert fit.params["C_mid"] == pytest.approx(TRUE[key]["C_mid"], rel=0.1)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_noisy_sweep_puts_the_true_frontier_inside_the_bootstrap_band_at_the_budget(seed):
+    curves = [curve(key, 0.01, seed * 10 + i) for i, key in enumerate(TRUE)]
+    result = analyse(curves, title="noisy", study="isocompute", budget=BUDGET, primary="mean@4", points=6,
+                     bootstrap=100, seed=seed)
+    last = result.metrics["mean@4"].rows[-1]
+    truth = max(F.sigmoid(BUDGET, **p) for p in TRUE.values())
+    assert last["low"] <= last["high"]
+    assert abs(last["value"] - truth) < 0.04
+    assert last["config"] in ("n8-Bp16", "n16-Bp16")  # the low-plateau config never wins at C_max
+
+
+def test_seeds_of_one_config_are_pooled_into_one_fit():
+    curves = [curve("n8-Bp16", 0.005, 1), curve("n8-Bp16", 0.005, 2, tweak=0.01), curve("n4-Bp16", 0.005, 3)]
+    curves[1].key = "n8-Bp16-s1"
+    result = analyse(curves, title="seeds", study="isocompute", budget=BUDGET, primary="mean@4", bootstrap=0)
+    assert set(result.configs) == {"n8-Bp16", "n4-Bp16"}
+    records = result.metrics["mean@4"].records["n8-Bp16"][0]
+    single = len(F.record_points(curves[0].compute, curves[0].values["mean@4"])[0])
+    assert len(records) > single  # both seeds' records are in the fit
+
+
+def test_a_config_without_enough_records_is_reported_not_fitted():
+    flat = curve("n4-Bp16", 0.0, 0)
+    flat.values = {name: np.full(len(COMPUTE), 0.5) - np.linspace(0, 0.01, len(COMPUTE)) for name in flat.values}
+    good = curve("n8-Bp16", 0.0, 0)
+    result = analyse([flat, good], title="flat", study="isocompute", budget=BUDGET, primary="mean@4", bootstrap=0)
+    m = result.metrics["mean@4"]
+    assert "n4-Bp16" in m.unfitted and "needs 4" in m.unfitted["n4-Bp16"]
+    assert {row["config"] for row in m.rows} == {"n8-Bp16"}
+    assert "n4-Bp16      no fit" in table_text(result)
+
+
+def test_no_fit_at_all_still_gives_a_table_of_observed_bests():
+    flat = curve("n4-Bp16", 0.0, 0)
+    flat.values = {name: np.full(len(COMPUTE), 0.5) for name in flat.values}
+    result = analyse([flat], title="flat", study="isocompute", budget=BUDGET, primary="mean@4", bootstrap=0)
+    m = result.metrics["mean@4"]
+    assert not m.fits and math.isnan(m.saturation)
+    assert all(row["config"] is None and row["observed_value"] == 0.5 for row in m.rows)
+    assert "no config could be fitted" in table_text(result)
+
+
+def test_observed_best_is_the_running_max_over_configs():
+    curves = [curve(key, 0.01, i) for i, key in enumerate(TRUE)]
+    result = analyse(curves, title="obs", study="isocompute", budget=BUDGET, primary="mean@4", bootstrap=0)
+    for row in result.metrics["mean@4"].rows:
+        expected = max(c.values["mean@4"][c.compute <= row["C"]].max() for c in curves)
+        assert row["observed_value"] == pytest.approx(expected)
+
+
+def test_outputs_are_written_and_consistent(tmp_path):
+    curves = [curve(key, 0.01, i) for i, key in enumerate(TRUE)]
+    result = analyse(curves, title="files", study="fixed-batch", budget=BUDGET, primary="mean@4", points=5, bootstrap=20)
+    paths = write_outputs(result, tmp_path)
+    assert {"frontier.csv", "fits.json", "frontier.png", "allocation.png", "fixed_batch.png", "report.html",
+            "frontier.txt"} <= {p.name for p in paths.values()}
+    for name in ("frontier.png", "allocation.png", "fixed_batch.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = list(csv.DictReader(open(tmp_path / "frontier.csv")))
+    assert {r["metric"] for r in rows} == {"mean@4", "best@4", "worst@4"} and len(rows) == 15
+    primary = [r for r in rows if r["metric"] == "mean@4"]
+    assert [r["config"] for r in primary] == [r["config"] for r in result.metrics["mean@4"].rows]
+    fits = json.loads((tmp_path / "fits.json").read_text())
+    assert set(fits["metrics"]["mean@4"]["fits"]) == set(TRUE)
+    assert fits["metrics"]["mean@4"]["fits"]["n8-Bp16"]["params"]["A"] == pytest.approx(
+        result.metrics["mean@4"].fits["n8-Bp16"].params["A"])
+    report = (tmp_path / "report.html").read_text()
+    assert report.count("data:image/png;base64,") == 3 and "frontier of mean@4" in report
+
+
+def test_saturation_is_none_while_n_star_still_changes_and_a_compute_once_it_stops():
+    curves = [curve(key, 0.0, 0) for key in TRUE]
+    result = analyse(curves, title="sat", study="isocompute", budget=BUDGET, primary="mean@4", bootstrap=0)
+    grid = np.geomspace(result.metrics["mean@4"].rows[0]["C"], BUDGET, 64)
+    truth = [int(true_best(c).split("-")[0][1:]) for c in grid]
+    expected = F.saturation_point(grid, truth)
+    saturation = result.metrics["mean@4"].saturation
+    assert (saturation is None) == (expected is None)
+    if expected is not None:
+        assert saturation == pytest.approx(expected, rel=0.15)
+
+
+def test_gains_are_best_observed_minus_the_base_value():
+    from isosweep.report.analysis import gains
+
+    curves = [curve(key, 0.0, 0) for key in TRUE]
+    result = analyse(curves, title="gains", study="isocompute", budget=BUDGET, primary="mean@4", bootstrap=0)
+    g = gains(result)
+    assert g["mean@4"]["base"] == pytest.approx(0.50)
+    assert g["mean@4"]["best"] == pytest.approx(max(c.values["mean@4"].max() for c in curves))
+    assert g["worst@4"]["gain"] == pytest.approx(g["mean@4"]["gain"])  # shifted copies here
+    assert "gain over the base model" in table_text(result)
+
+
+def test_fixed_batch_rows_use_fits_and_fall_back_to_observed_values():
+    from isosweep.report.analysis import fixed_batch_rows
+
+    flat = curve("n4-Bp16", 0.0, 0)
+    flat.values = {name: np.full(len(COMPUTE), 0.5) for name in flat.values}
+    curves = [flat, curve("n8-Bp16", 0.0, 0), curve("n16-Bp16", 0.0, 0)]
+    result = analyse(curves, title="fb", study="fixed-batch", budget=BUDGET, primary="mean@4", points=8, bootstrap=0)
+    rows = fixed_batch_rows(result, budgets=4)
+    assert len(rows) == 4 and rows[-1][0] == BUDGET and len({C for C, *_ in rows}) == 4
+    for C, ns, values, fitted in rows:
+        assert ns == [4, 8, 16] and fitted == [False, True, True]
+        assert values[0] == 0.5
+        assert values[2] == pytest.approx(result.metrics["mean@4"].fits["n16-Bp16"].predict(C))

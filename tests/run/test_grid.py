@@ -1,0 +1,192 @@
+"""Sweeps end to end: `make sweep` on the smoke study, MLflow's contents, resume after a kill, a browser.
+
+These run the real thing -- a local Ray, Ray Tune driving Ray Train trials, a real MLflow
+server (the session's ``mlflow_server``), the frontier analysis -- on ``sweeps/smoke.yaml``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from isosweep.spec.grid import load_sweep
+from isosweep.track import runs
+from isosweep.trial.files import TrialDir
+from sweep_helpers import ISOSWEEP, ROOT, children, env_for, wait_for
+
+SMOKE = ROOT / "sweeps" / "smoke.yaml"
+
+pytestmark = pytest.mark.slow
+
+
+def check_mlflow_matches_the_trials(client, sweep, runs_dir: Path) -> None:
+    """One FINISHED child per trial; every eval logged once, at step = rollouts, as in metrics.jsonl."""
+    found = {r.data.tags[runs.TRIAL_TAG]: r for r in children(client, sweep.sweep_id)}
+    assert sorted(found) == sorted(p.key for p in sweep.trials)
+    for point in sweep.trials:
+        run = found[point.key]
+        assert run.info.status == "FINISHED"
+        records = TrialDir(runs_dir / sweep.sweep_id / "trials" / point.key).records()
+        steps = [r["step"] for r in records]
+        assert steps == sorted(set(steps)) and records[-1]["step"] == point.cfg.budget // (point.cfg.Bp * point.cfg.n)
+        history = sorted(client.get_metric_history(run.info.run_id, "eval/mean_at_4"), key=lambda m: m.step)
+        assert [(m.step, m.value) for m in history] == [(r["rollouts"], r["eval/mean@4"]) for r in records]
+        reward_steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/reward")]
+        assert len(reward_steps) == len(set(reward_steps)) == records[-1]["step"]
+        assert run.data.params["n"] == str(point.cfg.n) and run.data.params["Bp"] == str(point.cfg.Bp)
+
+
+def test_make_sweep_smoke_prints_the_frontier_and_fills_mlflow(mlflow_server, tmp_path):
+    uri, mlflow_env = mlflow_server
+    runs_dir, dashboards = tmp_path / "runs", tmp_path / "dashboards"
+    command = ["make", "-s", "sweep", "BUDGET=2e3", f"SWEEP={SMOKE}", f"RUNS={runs_dir}", f"DASHBOARDS={dashboards}"]
+    done = subprocess.run(command, cwd=ROOT, env=env_for(mlflow_env), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = done.stdout
+    sweep = load_sweep(SMOKE, budget=2000)
+    assert f"[sweep] {sweep.sweep_id}: isocompute study, 2 trials at C = 2,000" in out
+    assert f"MLflow: {uri}" in out
+    assert "2/2 trials done" in out
+    assert "frontier of mean@4" in out and "fitted curves R(C)" in out
+    table = out[out.index("frontier of mean@4"):].splitlines()
+    assert table[1].split()[:3] == ["C", "best", "config"]
+    rows = [line.split() for line in table[2:2 + sweep.spec.frontier.points]]
+    compute = [float(row[0].replace(",", "")) for row in rows]
+    assert compute == sorted(compute) and compute[-1] == 2000  # log-spaced up to the budget
+    assert table[2 + sweep.spec.frontier.points].startswith("n*(C)")
+
+    client = runs.client(uri)
+    parent = runs.find_parent(client, sweep.sweep_id)
+    assert parent.info.status == "FINISHED" and parent.data.tags["isosweep.study"] == "isocompute"
+    check_mlflow_matches_the_trials(client, sweep, runs_dir)
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id, "frontier")}
+    assert {"frontier/frontier.csv", "frontier/fits.json", "frontier/frontier.png", "frontier/allocation.png",
+            "frontier/report.html"} <= artifacts
+    fits = json.loads(Path(client.download_artifacts(parent.info.run_id, "frontier/fits.json", str(tmp_path))).read_text())
+    assert fits["budget"] == 2000 and set(fits["configs"]) == {"n4-Bp8", "n8-Bp8"}
+    assert (dashboards / "smoke" / "report.html").exists()
+    for run in children(client, sweep.sweep_id):  # the first record breaks the (empty) record: logged
+        assert "records/rollouts-000000000" in {a.path for a in client.list_artifacts(run.info.run_id, "records")}
+
+    # `isosweep frontier` redoes the analysis from MLflow alone: no trial directory needed
+    shutil.rmtree(runs_dir)
+    again = subprocess.run([ISOSWEEP, "frontier", sweep.sweep_id[:12], "--out", str(tmp_path / "again")],
+                           cwd=ROOT, env=env_for(mlflow_env), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (tmp_path / "again" / "frontier.csv").read_text() == (dashboards / "smoke" / "frontier.csv").read_text()
+    first_table = out[out.index("frontier of mean@4"):out.index("[sweep] frontier table")].strip()
+    assert first_table in again.stdout
+
+
+def test_an_interrupted_or_killed_sweep_resumes_without_repeating_work(mlflow_server, tmp_path):
+    uri, mlflow_env = mlflow_server
+    budget = 8000
+    sweep = load_sweep(SMOKE, budget=budget)
+    runs_dir = tmp_path / "runs"
+    command = [ISOSWEEP, "sweep", str(SMOKE), "--budget", str(budget), "--runs", str(runs_dir), "--no-dashboards",
+               "--progress-every", "5"]
+    trials = {p.key: runs_dir / sweep.sweep_id / "trials" / p.key for p in sweep.trials}
+
+    def evaluated_past(n_records: int):
+        return lambda: any(len(TrialDir(d).records()) >= n_records for d in trials.values())
+
+    logs = []
+    for sig, n_records in ((signal.SIGINT, 2), (signal.SIGKILL, 4)):  # Ctrl-C, then a killed driver
+        log = open(tmp_path / f"driver-{sig.name}.log", "w")
+        logs.append(log.name)
+        proc = subprocess.Popen(command, cwd=ROOT, env=env_for(mlflow_env), stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_for(evaluated_past(n_records), 600, f"{n_records} evaluations of a trial")
+            proc.send_signal(sig)
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert not all(len(TrialDir(d).records()) and TrialDir(d).records()[-1]["rollouts"] >= budget - 64 for d in trials.values())
+        time.sleep(3)  # let the old Ray session tear down its workers
+
+    before = {key: TrialDir(d).records() for key, d in trials.items()}
+    done = subprocess.run(command, cwd=ROOT, env=env_for(mlflow_env), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "frontier of mean@4" in done.stdout
+    resumed = 0
+    for key, folder in trials.items():
+        after = TrialDir(folder).records()
+        kept = [r for r in before[key] if r["step"] <= after[-1]["step"]]
+        # what was evaluated before the kill is still there, unchanged, up to the resumed checkpoint
+        assert after[:len(kept)] == kept or len(kept) > len(after[:len(kept)])
+        log = (folder / "trial.log").read_text()
+        resumed += "resuming at step" in log
+    assert resumed >= 1
+    client = runs.client(uri)
+    check_mlflow_matches_the_trials(client, sweep, runs_dir)
+    assert runs.find_parent(client, sweep.sweep_id).info.status == "FINISHED"
+
+    # and once finished, the same command trains nothing again
+    mtimes = {key: (d / "metrics.jsonl").stat().st_mtime for key, d in trials.items()}
+    again = subprocess.run(command, cwd=ROOT, env=env_for(mlflow_env), capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "(2 already finished)" in again.stdout
+    assert {key: (d / "metrics.jsonl").stat().st_mtime for key, d in trials.items()} == mtimes
+    assert len(children(client, sweep.sweep_id)) == 2
+
+
+def chromium_driver():
+    """Headless Chromium (Debian's chromium + chromium-driver) through Selenium, or a skip saying why."""
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.options import Options
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        pytest.skip("selenium is not installed (pip install -e '.[test]')")
+    browser, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not (browser and driver):
+        pytest.skip("no browser: install Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)")
+    options = Options()
+    options.binary_location = browser
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage", "--window-size=1400,1000"):
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service(driver), options=options)
+
+
+def test_a_browser_finds_the_frontier_on_the_parent_run(mlflow_server, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    uri, mlflow_env = mlflow_server
+    client = runs.client(uri)
+    sweep = load_sweep(SMOKE, budget=2000)
+    parent = runs.find_parent(client, sweep.sweep_id)
+    if parent is None or parent.info.status != "FINISHED":
+        done = subprocess.run([ISOSWEEP, "sweep", str(SMOKE), "--budget", "2000", "--runs", str(tmp_path / "runs"),
+                               "--no-dashboards"], cwd=ROOT, env=env_for(mlflow_env), capture_output=True, text=True,
+                              timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+        parent = runs.find_parent(client, sweep.sweep_id)
+    browser = chromium_driver()
+    try:
+        browser.get(f"{uri}/#/experiments/{parent.info.experiment_id}/runs/{parent.info.run_id}/artifacts")
+        body = lambda b: b.find_element(By.TAG_NAME, "body").text  # noqa: E731
+        WebDriverWait(browser, 90).until(lambda b: sweep.sweep_id in body(b) and "frontier" in body(b))
+        browser.find_element(By.XPATH, "//*[normalize-space(text())='frontier']").click()
+        WebDriverWait(browser, 60).until(lambda b: "frontier.png" in body(b))
+        browser.find_element(By.XPATH, "//*[normalize-space(text())='frontier.png']").click()
+        WebDriverWait(browser, 60).until(lambda b: "frontier/frontier.png" in body(b))
+
+        def shown(b) -> bool:  # the plot itself, decoded by the browser
+            return any(img.get_attribute("src").startswith("blob:")
+                       and b.execute_script("return arguments[0].naturalWidth", img) > 200
+                       for img in b.find_elements(By.TAG_NAME, "img"))
+
+        WebDriverWait(browser, 60).until(shown)
+    finally:
+        browser.save_screenshot(str(tmp_path / "mlflow.png"))
+        browser.quit()

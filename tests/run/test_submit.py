@@ -1,0 +1,134 @@
+"""`make submit` rehearsed on this machine: a Ray head and a second Ray node, the smoke sweep as a Ray job."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from isosweep.run.submit import EXCLUDES, entrypoint, job_status
+from isosweep.spec.grid import load_sweep
+from isosweep.track import runs
+
+ROOT = Path(__file__).resolve().parents[2]
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_job_runs_the_uploaded_code_and_joins_its_cluster():
+    command = entrypoint("sweeps/smoke.yaml", "2e3", "~/runs")
+    assert command[:5] == ["env", "PYTHONPATH=platform", "python", "-m", "isosweep.cli"]
+    assert command[5:] == ["sweep", "sweeps/smoke.yaml", "--address", "auto", "--runs", "~/runs", "--no-dashboards",
+                           "--budget", "2e3"]
+    assert {".venv", ".git", "runs", ".mlflow"} <= set(EXCLUDES)
+
+
+def test_submit_refuses_a_bad_sweep_before_touching_a_cluster(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nstudy: isocompute\ntrial: nope.yaml\nbudget: 100\ngrid: {n: [4], Bp: [8]}\n")
+    done = subprocess.run([str(Path(sys.executable).with_name("isosweep")), "submit", str(bad), "--address",
+                           "http://127.0.0.1:1"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "key 'trial': no such file" in done.stderr
+
+
+def _kill_ray_under(temp_dir: str) -> None:
+    """Stop the Ray processes of this rehearsal only (`ray stop` would stop every Ray on the machine)."""
+    for _ in range(3):
+        pids = []
+        for proc in Path("/proc").iterdir():
+            if proc.name.isdigit():
+                try:
+                    if temp_dir.encode() in (proc / "cmdline").read_bytes():
+                        pids.append(int(proc.name))
+                except OSError:
+                    pass
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGTERM if _ == 0 else signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(3)
+
+
+@pytest.mark.slow
+def test_rehearsal_two_ray_nodes_run_the_submitted_smoke_sweep(mlflow_server):
+    uri, _ = mlflow_server
+    # Unix socket paths are limited to ~107 bytes: keep Ray's temp dirs short.
+    head_tmp, worker_tmp = tempfile.mkdtemp(prefix="isr-h"), tempfile.mkdtemp(prefix="isr-w")
+    gcs, dashboard = free_port(), free_port()
+    # as the cluster YAMLs do: every node gets MLFLOW_TRACKING_URI before `ray start`
+    # Ray 2.60 clusters authenticate with a token (~/.ray/auth_token); every node and client of
+    # this one uses it, as the cluster launcher arranges on a real cluster.
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.25",
+           "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "RAY_AUTH_MODE": "token",
+           # the job's `python` is the nodes' Python environment, as in the cluster image
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    subprocess.run([RAY, "get-auth-token", "--generate"], env=env, check=True, capture_output=True, timeout=120)
+    runs_dir = Path(tempfile.mkdtemp(prefix="isr-runs"))
+    try:
+        subprocess.run([RAY, "start", "--head", f"--port={gcs}", "--num-cpus=1", "--include-dashboard=true",
+                        "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", f"--temp-dir={head_tmp}",
+                        "--disable-usage-stats"], env=env, check=True, capture_output=True, timeout=300)
+        subprocess.run([RAY, "start", f"--address=127.0.0.1:{gcs}", "--num-cpus=2", f"--temp-dir={worker_tmp}",
+                        "--disable-usage-stats"], env=env, check=True, capture_output=True, timeout=300)
+        address = f"http://127.0.0.1:{dashboard}"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # the second node registers with the head
+            status = subprocess.run([RAY, "status", f"--address=127.0.0.1:{gcs}"], env=env, capture_output=True,
+                                    text=True, timeout=120).stdout
+            if "/3.0 CPU" in status:
+                break
+            time.sleep(2)
+        assert "/3.0 CPU" in status, status
+        # the same path as `make submit ADDRESS=... SWEEP=sweeps/smoke.yaml BUDGET=...`
+        done = subprocess.run(["make", "-s", "submit", f"ADDRESS={address}", "SWEEP=sweeps/smoke.yaml", "BUDGET=2048",
+                               f"RUNS_ON_CLUSTER={runs_dir}"], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=480)  # submit itself waits up to 300 s for the head's job agent
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        assert "[submit] job raysubmit_" in done.stdout and "ray job logs --address" in done.stdout
+        job = done.stdout.split("[submit] job ")[1].split()[0]
+        os.environ["RAY_AUTH_MODE"] = "token"  # for this process's job client
+        try:
+            deadline = time.monotonic() + 900
+            while time.monotonic() < deadline:
+                state = job_status(address, job)
+                if state in ("SUCCEEDED", "FAILED", "STOPPED"):
+                    break
+                time.sleep(5)
+        finally:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        logs = subprocess.run([RAY, "job", "logs", "--address", address, job], env=env, capture_output=True,
+                              text=True, timeout=120).stdout
+        assert state == "SUCCEEDED", logs[-4000:]
+        assert "frontier of mean@4" in logs and "2/2 trials done" in logs
+        assert "1 at a time" not in logs and "2 at a time" in logs  # concurrency from the 3-CPU cluster
+
+        sweep = load_sweep(ROOT / "sweeps/smoke.yaml", budget=2048)  # not the id test_sweep uses
+        client = runs.client(uri)
+        parent = runs.find_parent(client, sweep.sweep_id)
+        assert parent.info.status == "FINISHED" and parent.data.tags["isosweep.out"].startswith(str(runs_dir))
+        runs_of = client.search_runs([runs.experiment_id(client)],
+                                     filter_string=f"tags.`{runs.SWEEP_TAG}` = '{sweep.sweep_id}' and "
+                                                   "tags.`isosweep.kind` = 'trial'")
+        assert sorted(r.data.tags[runs.TRIAL_TAG] for r in runs_of) == ["n4-Bp8", "n8-Bp8"]
+        assert all(r.info.status == "FINISHED" and client.get_metric_history(r.info.run_id, "eval/mean_at_4")
+                   for r in runs_of)
+        assert "frontier/frontier.csv" in {a.path for a in client.list_artifacts(parent.info.run_id, "frontier")}
+    finally:
+        _kill_ray_under(worker_tmp)
+        _kill_ray_under(head_tmp)

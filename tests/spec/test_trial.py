@@ -1,0 +1,108 @@
+"""Trial configs: every file in sweeps/trials loads; bad input stops with file, key and what is allowed."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from isosweep.spec.trial import entropy_coef, kl_coef, learning_rate, load_trial, steps
+from isosweep.spec.yamlio import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+TRIALS = sorted((ROOT / "sweeps" / "trials").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", TRIALS, ids=[p.name for p in TRIALS])
+def test_every_trial_file_loads(path):
+    cfg = load_trial(path)
+    assert steps(cfg) >= 1
+
+
+def test_there_are_easy_and_hard_trials():
+    names = {p.name for p in TRIALS}
+    assert {"easy.yaml", "hard.yaml"} <= names
+    assert load_trial(ROOT / "sweeps/trials/easy.yaml").task.difficulty == "easy"
+    assert load_trial(ROOT / "sweeps/trials/hard.yaml").task.difficulty == "hard"
+
+
+def write(tmp_path, text: str) -> Path:
+    path = tmp_path / "trial.yaml"
+    path.write_text(text)
+    return path
+
+
+def error_of(path, overrides=None) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_trial(path, overrides)
+    return str(info.value)
+
+
+def test_overrides_set_nested_keys(tmp_path):
+    path = write(tmp_path, "budget: 1000\n")
+    cfg = load_trial(path, ["budget=20000", "Bp=32", "n=4", "algorithm.kl_coef=0.0", "task.levels=[2, 3]"])
+    assert (cfg.budget, cfg.Bp, cfg.n) == (20000, 32, 4)
+    assert cfg.algorithm.kl_coef == 0.0
+    assert cfg.task.levels == (2, 3)
+
+
+def test_derived_values_follow_the_recipe(tmp_path):
+    easy = load_trial(write(tmp_path, "budget: 20000\nBp: 16\nn: 8\n"))
+    assert steps(easy) == 20000 // 128
+    assert math.isclose(learning_rate(easy), easy.algorithm.lr_ref)  # B == batch_ref
+    quad = easy.model_copy(update={"Bp": 64})
+    assert math.isclose(learning_rate(quad), 2 * easy.algorithm.lr_ref)  # 4x batch -> 2x lr
+    assert kl_coef(easy) > 0 and entropy_coef(easy) > 0
+    hard = load_trial(write(tmp_path, "budget: 20000\ntask: {difficulty: hard}\n"))
+    assert kl_coef(hard) == 0 and entropy_coef(hard) == 0
+    hard_with_kl = load_trial(write(tmp_path, "budget: 20000\ntask: {difficulty: hard}\nalgorithm: {kl_coef: 0.01}\n"))
+    assert kl_coef(hard_with_kl) == 0.01
+
+
+def test_config_is_frozen(tmp_path):
+    cfg = load_trial(write(tmp_path, "budget: 1000\n"))
+    with pytest.raises(Exception):
+        cfg.budget = 5
+
+
+@pytest.mark.parametrize(
+    ("text", "overrides", "expected"),
+    [
+        ("budget: 1000\nbudgte: 3\n", None, ["key 'budgte'", "unknown key", "budget"]),
+        ("budget: 1000\nalgorithm: {lr: 1.0e-3}\n", None, ["key 'algorithm.lr'", "unknown key", "lr_ref"]),
+        ("budget: 1000\n", ["rollout.temprature=0.5"], ["key 'rollout.temprature'", "temperature", "--set"]),
+        ("budget: 1000\ntask: {name: sudoku}\n", None, ["key 'task.name'", "unknown task 'sudoku'", "arithmetic"]),
+        ("budget: 1000\nmodel: {name: tiny-2m}\n", None, ["key 'model.name'", "tiny-1m"]),
+        ("budget: 1000\ntask: {levels: [9]}\n", None, ["key 'task'", "levels [9]", "allowed"]),
+        ("budget: 100\nBp: 16\nn: 8\n", None, ["budget C = 100", "smaller than one step", "Bp * n = 16 * 8 = 128"]),
+        ("budget: 1000\nBp: 0\n", None, ["key 'Bp'", "greater than 0", "got 0"]),
+        ("budget: -5\n", None, ["key 'budget'", "greater than 0", "got -5"]),
+        ("budget: 1000\nrollout: {temperature: 0}\n", None, ["key 'rollout.temperature'", "greater than 0"]),
+        ("budget: 1000\nalgorithm: {kl_coef: -1}\n", None, ["key 'algorithm.kl_coef'", "greater than or equal to 0"]),
+        ("budget: 1000\neval: {samples: 2, k: 4}\n", None, ["key 'eval'", "k <= samples"]),
+        ("budget: 1000\nrollout: {engine: trt}\n", None, ["key 'rollout.engine'", "'hf'"]),
+        ("Bp: 16\n", None, ["key 'budget'", "Field required"]),
+    ],
+)
+def test_bad_input_names_file_key_and_allowed(tmp_path, text, overrides, expected):
+    path = write(tmp_path, text)
+    message = error_of(path, overrides)
+    assert str(path) in message
+    for fragment in expected:
+        assert fragment in message, (fragment, message)
+
+
+def test_unreadable_files(tmp_path):
+    assert "no such file" in error_of(tmp_path / "missing.yaml")
+    assert "not valid YAML" in error_of(write(tmp_path, "budget: [1\n"))
+    assert "mapping" in error_of(write(tmp_path, "- 1\n- 2\n"))
+    with pytest.raises(ConfigError, match="expected key=value"):
+        load_trial(write(tmp_path, "budget: 1000\n"), ["budget"])
+
+
+def test_jsonl_task_is_accepted_by_path(tmp_path):
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"prompt": "2+2?", "answer": "#### 4"}\n')
+    cfg = load_trial(write(tmp_path, f"budget: 1000\ntask: {{name: '{data}', levels: [0]}}\nmodel: {{name: {tmp_path}}}\n"))
+    assert cfg.task.name == str(data)

@@ -1,0 +1,134 @@
+"""MLflow tracking against a real local server: runs found again, metrics logged once, records as artifacts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from isosweep.spec.grid import load_sweep
+from isosweep.track import runs, server
+from isosweep.trial.files import TrialDir
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_trial(out: Path, records: list[dict], steps: list[dict]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (out / "steps.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
+
+
+def record(step: int, value: float, per_step: int = 32) -> dict:
+    return {"step": step, "rollouts": step * per_step, "tokens": step * 100, "eval/mean@4": value,
+            "eval/best@4": value + 0.2, "eval/worst@4": value - 0.2, "eval/stderr_mean@4": 0.02,
+            "system/wall_s": float(step), "system/trainer_flops": 6.0 * step, "time/eval_s": 0.5,
+            "train/reward": None if step == 0 else 0.4}
+
+
+def steps_upto(last: int, per_step: int = 32) -> list[dict]:
+    return [{"step": s, "rollouts": s * per_step, "train/reward": 0.1 * s, "train/kl": 0.01, "rollout/length": 4.0,
+             "time/generate_s": 0.05, "mismatch/mean_abs": 0.005, "ais/alpha": 0.3} for s in range(1, last + 1)]
+
+
+@pytest.fixture
+def run(mlflow_server, tmp_path):
+    uri, _ = mlflow_server
+    sweep = load_sweep(ROOT / "sweeps/smoke.yaml")
+    client = runs.client(uri)
+    parent = runs.open_parent(client, sweep, tmp_path)
+    point = sweep.trials[0]
+    child = runs.open_child(client, parent, sweep.sweep_id + tmp_path.name, point.key, point.cfg, point.config_key)
+    return uri, client, child
+
+
+def test_parent_and_child_runs_are_found_again_not_duplicated(mlflow_server, tmp_path):
+    uri, _ = mlflow_server
+    sweep = load_sweep(ROOT / "sweeps/smoke.yaml", budget=2048)
+    client = runs.client(uri)
+    parent = runs.open_parent(client, sweep, tmp_path)
+    assert runs.open_parent(client, sweep, tmp_path) == parent
+    point = sweep.trials[1]
+    child = runs.open_child(client, parent, sweep.sweep_id, point.key, point.cfg, point.config_key)
+    assert runs.open_child(client, parent, sweep.sweep_id, point.key, point.cfg, point.config_key) == child
+    run = client.get_run(child)
+    assert run.data.tags["mlflow.parentRunId"] == parent
+    params = run.data.params
+    assert params["n"] == str(point.cfg.n) and params["Bp"] == str(point.cfg.Bp)
+    assert params["rollout.engine"] == point.cfg.rollout.engine and params["algorithm.lr_ref"] == str(point.cfg.algorithm.lr_ref)
+    assert params["derived.M"] == str(2048 // (point.cfg.n * point.cfg.Bp))
+    assert runs.find_parent(client, sweep.sweep_id[:8], prefix=True).info.run_id == parent
+
+
+def test_each_point_is_logged_once_at_step_rollouts(run, tmp_path):
+    uri, client, child = run
+    out = tmp_path / "trial"
+    records = [record(0, 0.50), record(4, 0.55), record(8, 0.53)]
+    write_trial(out, records, steps_upto(8))
+    logger = runs.TrialLogger(uri, child, TrialDir(out), k=4)
+    for r in records:
+        logger.log(r)
+        logger.log(r)  # a repeat (a retried report) changes nothing
+    history = client.get_metric_history(child, "eval/mean_at_4")
+    assert [(m.step, m.value) for m in sorted(history, key=lambda m: m.step)] == [(0, 0.50), (128, 0.55), (256, 0.53)]
+    reward = client.get_metric_history(child, "train/reward")
+    assert sorted(m.step for m in reward) == [32 * s for s in range(1, 9)]
+    assert [m.value for m in sorted(reward, key=lambda m: m.step)] == pytest.approx([0.1 * s for s in range(1, 9)])
+    assert len(client.get_metric_history(child, "ais/alpha")) == 8
+    assert len(client.get_metric_history(child, "system/wall_s")) == 3
+
+
+def test_a_new_logger_catches_up_only_what_mlflow_lacks(run, tmp_path):
+    uri, client, child = run
+    out = tmp_path / "trial"
+    records = [record(0, 0.50), record(4, 0.55), record(8, 0.60), record(12, 0.58)]
+    write_trial(out, records[:2], steps_upto(4))
+    first = runs.TrialLogger(uri, child, TrialDir(out), k=4)
+    for r in records[:2]:
+        first.log(r)
+    write_trial(out, records, steps_upto(12))  # the trial went on; its driver died before logging
+    again = runs.TrialLogger(uri, child, TrialDir(out), k=4)
+    assert again.catch_up() == 2
+    assert first.catch_up() == 0  # a logger created earlier sees what the other one logged
+    assert runs.TrialLogger(uri, child, TrialDir(out), k=4).catch_up() == 0
+    steps = sorted(m.step for m in client.get_metric_history(child, "eval/mean_at_4"))
+    assert steps == [0, 128, 256, 384]
+    assert sorted(m.step for m in client.get_metric_history(child, "train/reward")) == [32 * s for s in range(1, 13)]
+
+
+def test_record_breaking_checkpoints_are_logged_and_tagged(run, tmp_path):
+    uri, client, child = run
+    out = tmp_path / "trial"
+    records = [record(0, 0.50), record(4, 0.55), record(8, 0.52), record(12, 0.60)]
+    write_trial(out, records, steps_upto(12))
+    for r in records:
+        folder = out / "checkpoints" / f"step-{r['step']:06d}"
+        folder.mkdir(parents=True)
+        (folder / "model.safetensors").write_bytes(b"weights-%d" % r["step"])
+        (folder / "config.json").write_text("{}")
+        (folder / "trainer_state.pt").write_bytes(b"not logged")
+    logger = runs.TrialLogger(uri, child, TrialDir(out), k=4)
+    for r in records:
+        logger.log(r)
+    logged = {a.path for a in client.list_artifacts(child, "records")}
+    assert logged == {"records/rollouts-000000000", "records/rollouts-000000128", "records/rollouts-000000384"}
+    files = {a.path.rsplit("/", 1)[1] for a in client.list_artifacts(child, "records/rollouts-000000384")}
+    assert files == {"model.safetensors", "config.json"}
+    tags = client.get_run(child).data.tags
+    assert tags["isosweep.record_checkpoint"] == "records/rollouts-000000384"
+    assert tags["isosweep.records"] == "0,128,384" and tags["isosweep.best_rollouts"] == "384"
+    local = client.download_artifacts(child, "records/rollouts-000000384/model.safetensors", str(tmp_path))
+    assert Path(local).read_bytes() == b"weights-12"
+
+
+def test_names_mlflow_accepts():
+    assert runs.mlflow_name("eval/mean@4") == "eval/mean_at_4"
+    assert runs.flatten({"a": {"b": 1, "c": [2, 3]}, "d": "x"}) == {"a.b": "1", "a.c": "[2, 3]", "d": "x"}
+
+
+def test_a_running_server_is_reused(mlflow_server):
+    uri, _ = mlflow_server
+    pid = (server.store_dir() / "server.pid").read_text()
+    assert server.ensure_server(log=lambda line: None) == uri
+    assert (server.store_dir() / "server.pid").read_text() == pid
