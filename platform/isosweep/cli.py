@@ -18,9 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
+import subprocess
 import sys
+import time
+import webbrowser
 from pathlib import Path
 
+from isosweep.models.sizes import SIZES
 from isosweep.spec.grid import Sweep
 from isosweep.spec.hpo import HPOStudy
 from isosweep.spec.study import load_study
@@ -44,7 +49,6 @@ def _trial(args: argparse.Namespace) -> None:
 
 
 def _models_build(args: argparse.Namespace) -> None:
-    from isosweep.models.sizes import SIZES
     from isosweep.models.warmup import REPORT_FILE, ensure_base_model  # torch, transformers
 
     for size in args.sizes or list(SIZES):
@@ -116,10 +120,6 @@ def _frontier(args: argparse.Namespace) -> None:
 
 
 def _submit(args: argparse.Namespace) -> None:
-    import socket
-    import subprocess
-    import time
-
     from isosweep.run.submit import how_to_follow, ray_cli, submit  # Ray's job client
 
     # a bad file or budget stops here, before any upload
@@ -174,8 +174,6 @@ def _ui(args: argparse.Namespace) -> None:
         return
     uri = server.ensure_server()
     if os.environ.get("DISPLAY") or sys.platform == "darwin":  # a desktop: open it there too
-        import webbrowser
-
         webbrowser.open(uri)
     print(f"[mlflow] UI at {uri} -- experiment '{server.EXPERIMENT}'; each sweep is a parent run with its "
           "frontier under Artifacts > frontier. Stop it with `make ui-stop`. On a remote machine: ssh -L 5000:127.0.0.1:5000 <host>")

@@ -9,10 +9,11 @@ import pytest
 
 import isosweep.spec.grid as spec_grid
 import isosweep.spec.trial as spec_trial
-import isosweep.spec.yamlio as yamlio
+import isosweep.spec.values as values
 from isosweep.spec.grid import load_sweep
 from isosweep.spec.trial import TrialConfig, eval_steps, steps
-from isosweep.spec.yamlio import ConfigError, parse_budget
+from isosweep.spec.values import parse_budget
+from isosweep.spec.yamlio import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,7 +25,7 @@ def test_the_studies_the_readme_names_exist():
 
 
 def test_docstring_examples_hold():
-    for module in (spec_grid, spec_trial, yamlio):
+    for module in (spec_grid, spec_trial, values):
         assert doctest.testmod(module).failed == 0
 
 

@@ -11,8 +11,11 @@ Each is the unbiased estimate of the metric for ``k`` fresh samples. The binomia
 computed as products of ``k`` factors in ``[0, 1]``,
 ``C(m, k) / C(n, k) = prod_{i<k} (m - i) / (n - i)``, which neither overflows nor cancels
 (the Codex paper's stable form, written over ``k`` factors so that it vectorises over
-problems). ``c`` may be a scalar (a float is returned) or an array of per-problem counts (an
-array of the same shape is returned).
+problems).
+
+Every estimator takes ``c``, the correct counts (a scalar, for which a float is returned, or
+``(problems,)``, for which an array of that shape is returned), ``n``, the samples drawn per
+problem, and ``k``, the samples the metric is about (``1 <= k <= n``).
 """
 
 from __future__ import annotations
@@ -47,37 +50,19 @@ def _as_input(result: np.ndarray, c: ArrayLike) -> float | np.ndarray:
 
 
 def mean_at_k(c: ArrayLike, n: int, k: int) -> float | np.ndarray:
-    """mean@k = ``c / n``: expected fraction correct among ``k`` samples.
-
-    Args:
-        c: correct counts, scalar or ``(problems,)``.
-        n: samples drawn per problem.
-        k: samples the metric is about, ``1 <= k <= n``.
-    """
+    """mean@k = ``c / n``: expected fraction correct among ``k`` samples."""
     counts = _validated(c, n, k)
     return _as_input(counts / n, c)
 
 
 def best_at_k(c: ArrayLike, n: int, k: int) -> float | np.ndarray:
-    """best@k = pass@k = ``1 - C(n - c, k) / C(n, k)``: at least one of ``k`` correct.
-
-    Args:
-        c: correct counts, scalar or ``(problems,)``.
-        n: samples drawn per problem.
-        k: ``1 <= k <= n``.
-    """
+    """best@k = pass@k = ``1 - C(n - c, k) / C(n, k)``: at least one of ``k`` correct."""
     counts = _validated(c, n, k)
     return _as_input(1.0 - _binomial_ratio(n - counts, n, k), c)
 
 
 def worst_at_k(c: ArrayLike, n: int, k: int) -> float | np.ndarray:
-    """worst@k = ``C(c, k) / C(n, k)``: all ``k`` correct.
-
-    Args:
-        c: correct counts, scalar or ``(problems,)``.
-        n: samples drawn per problem.
-        k: ``1 <= k <= n``.
-    """
+    """worst@k = ``C(c, k) / C(n, k)``: all ``k`` correct."""
     counts = _validated(c, n, k)
     return _as_input(_binomial_ratio(counts, n, k), c)
 

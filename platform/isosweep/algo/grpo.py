@@ -94,15 +94,8 @@ def _masked_diff(a: Tensor, b: Tensor, mask: Tensor) -> Tensor:
     return torch.where(mask.bool(), diff, torch.zeros_like(diff))
 
 
-def ppo_clip_loss(
-    logp: Tensor,
-    old_logp: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    clip_low: float,
-    clip_high: float,
-    weights: Tensor | None = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
+def ppo_clip_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, clip_low: float, clip_high: float,
+                  weights: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO-clip policy loss with separate low/high clip ranges and token-mean aggregation.
 
     Per token, ``ratio = exp(logp - old_logp)`` and the objective is

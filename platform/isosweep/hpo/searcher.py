@@ -40,9 +40,17 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
-from botorch.acquisition import AcquisitionFunction, LogExpectedImprovement, qLogExpectedImprovement
+from botorch.acquisition import AcquisitionFunction, LogExpectedImprovement, PosteriorMean, qLogExpectedImprovement
+from botorch.acquisition.fixed_feature import FixedFeatureAcquisitionFunction
+from botorch.acquisition.utils import project_to_target_fidelity
+from botorch.fit import fit_gpytorch_mll
+from botorch.models import SingleTaskMultiFidelityGP
+from botorch.optim import optimize_acqf, optimize_acqf_mixed
 from botorch.sampling import SobolQMCNormalSampler
+from gpytorch.mlls import ExactMarginalLogLikelihood
 from ray.tune.search import Searcher
+from scipy.optimize import nnls
+from torch.quasirandom import SobolEngine
 
 from isosweep.hpo.space import SearchSpace
 
@@ -72,7 +80,6 @@ def fit_cost_model(sb: np.ndarray | list[float], seconds: np.ndarray | list[floa
     floored at ``min_fixed * c1``: a zero fixed cost would make the smallest trial look free and
     the acquisition would divide by ~0.
     """
-    from scipy.optimize import nnls
 
     sb = np.asarray(sb, dtype=float)
     seconds = np.asarray(seconds, dtype=float)
@@ -357,7 +364,6 @@ class JFHPOSearcher(BaseSearcher):
 
     # -- initial design ---------------------------------------------------------------------
     def _make_init_design(self) -> list[list[float]]:
-        from torch.quasirandom import SobolEngine
 
         n = len(self.space.params)
         sobol = SobolEngine(n + 1, scramble=True, seed=self.seed).draw(self.n_init, dtype=torch.double).tolist()
@@ -395,9 +401,6 @@ class JFHPOSearcher(BaseSearcher):
 
         Fitting is seeded from the searcher's seed and the number of observations, so the same
         observations always give the same model, in this process or after a restore."""
-        from botorch.fit import fit_gpytorch_mll
-        from botorch.models import SingleTaskMultiFidelityGP
-        from gpytorch.mlls import ExactMarginalLogLikelihood
 
         n = len(self.observations)
         if n < 2:
@@ -439,10 +442,6 @@ class JFHPOSearcher(BaseSearcher):
         """``(value, hparams_unit)``: the best GP posterior mean at the target fidelity over the
         observed hyperparameters (optionally refined by optimising the posterior mean with the
         fidelity columns fixed at the target)."""
-        from botorch.acquisition import PosteriorMean
-        from botorch.acquisition.fixed_feature import FixedFeatureAcquisitionFunction
-        from botorch.acquisition.utils import project_to_target_fidelity
-        from botorch.optim import optimize_acqf
 
         model = model if model is not None else self.model()
         d = self.space.dim
@@ -487,7 +486,6 @@ class JFHPOSearcher(BaseSearcher):
             low = [s for s in self.space.size_fidelities if s < 1] or [1.0]
             b = self.space.b_min + float(self._rng.random()) * (1 - self.space.b_min) / 2
             return [*self._uniform_hparams(), low[int(self._rng.integers(len(low)))], b]
-        from botorch.optim import optimize_acqf_mixed
 
         model = self.model()
         pending = [live["x"] for live in self._live.values()]

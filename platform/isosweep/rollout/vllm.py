@@ -21,7 +21,7 @@ Precision (``precision="fp8"``):
 - on a GPU, vLLM's online ``fp8_per_channel`` quantization (FP8 weights with one scale per output
   channel, FP8 activations with one scale per token) is applied at load and at every reload;
 - on a CPU, where vLLM has no FP8 kernels, the weights are rounded through the same per-channel FP8
-  grid (:func:`isosweep.fp8.fp8_state_dict`) and served in bf16, from version 0 on: the rollout
+  grid (:func:`isosweep.rollout.fp8.fp8_state_dict`) and served in bf16, from version 0 on: the rollout
   policy then differs from the trainer's by the FP8 weight error only; activations stay bf16.
 
 ``spawn_rollout_actor`` runs the engine as a Ray actor outside the caller's placement group.
@@ -29,7 +29,6 @@ Precision (``precision="fp8"``):
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import random
 import shutil
@@ -43,6 +42,7 @@ from safetensors.torch import save_file
 from torch import Tensor
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+from isosweep.rollout import vllm_available  # noqa: F401  (re-exported: "is the vllm engine usable here?")
 from isosweep.rollout.base import Rollouts, WeightSyncMode
 from isosweep.rollout.fp8 import fp8_state_dict
 
@@ -61,11 +61,6 @@ CPU_MAX_MODEL_LEN = 512
 """Cap on the context length on a CPU, which keeps vLLM's profiling batch small."""
 SHM = "/dev/shm"
 """Where weight files are staged for the engine's loader: memory, not disk."""
-
-
-def vllm_available() -> bool:
-    """Whether vLLM is installed (without importing it, which takes seconds)."""
-    return importlib.util.find_spec("vllm") is not None
 
 
 def engine_env(gpu: bool) -> dict[str, str]:
@@ -285,23 +280,14 @@ ACTOR_NAMESPACE = "isosweep"
 """Ray namespace of named rollout actors (Train workers otherwise run in anonymous namespaces)."""
 
 
-def spawn_rollout_actor(
-    model_path: str,
-    max_new_tokens: int,
-    temperature: float,
-    precision: Precision = "bf16",
-    seed: int = 0,
-    gpu: bool | None = None,
-    engine_kwargs: Mapping[str, Any] | None = None,
-    num_cpus: float = 1.0,
-    num_gpus: float = 0.0,
-    name: str | None = None,
-    weight_sync: WeightSyncMode = "shm",
-) -> ActorHandle:
-    """A Ray actor running :class:`VLLMEngine`; call ``actor.generate.remote(...)`` and
+def spawn_rollout_actor(model_path: str, max_new_tokens: int, temperature: float, *, num_cpus: float = 1.0,
+                        num_gpus: float = 0.0, name: str | None = None, gpu: bool | None = None,
+                        **engine: Any) -> ActorHandle:
+    """A Ray actor running :class:`VLLMEngine` (``engine``: its other arguments, ``precision``, ``seed``,
+    ``engine_kwargs``, ``weight_sync``); call ``actor.generate.remote(...)`` and
     ``actor.update_weights.remote(...)``. ``gpu=None`` means ``num_gpus > 0``; ``name`` makes it
     a named actor that other trainer workers find with ``ray.get_actor(name)``; ``weight_sync="nccl"``
-    readies it for :class:`isosweep.weight_sync.NcclWeightSender`.
+    readies it for :class:`isosweep.rollout.weight_sync.NcclWeightSender`.
 
     The actor is scheduled outside any placement group the caller runs in (a Tune trial's): vLLM
     sets up its own workers, and an actor captured into the caller's group fails or hangs.
@@ -318,5 +304,4 @@ def spawn_rollout_actor(
         name=name,
         namespace=ACTOR_NAMESPACE if name else None,
     )
-    return actor_class.remote(model_path, max_new_tokens, temperature, precision, seed, on_gpu, engine_kwargs,
-                              weight_sync)
+    return actor_class.remote(model_path, max_new_tokens, temperature, gpu=on_gpu, **engine)

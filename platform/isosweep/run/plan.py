@@ -12,6 +12,7 @@ the plan says so.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 from isosweep.spec.grid import Sweep
@@ -46,8 +47,6 @@ def cluster_capacity(path: str | Path) -> list[dict]:
 def _local_workers(path, cfg: dict, provider: dict) -> dict:
     """Ray's ``local`` provider: the machines in ``worker_ips``, with the GPUs their ``ray start`` declares
     (CPUs: ``--num-cpus`` if given, else the 192 of an 8 x H200 machine, which Ray would detect)."""
-    import re
-
     command = " ".join(str(c) for c in cfg.get("worker_start_ray_commands", []))
     gpus = re.search(r"--num-gpus[= ](\d+)", command)
     cpus = re.search(r"--num-cpus[= ](\d+)", command)

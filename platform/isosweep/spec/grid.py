@@ -26,17 +26,8 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from isosweep.spec.trial import TrialConfig
-from isosweep.spec.yamlio import (
-    ConfigError,
-    Section,
-    merge,
-    parse_budget,
-    parse_overrides,
-    read_yaml,
-    short_count,
-    slug,
-    validate,
-)
+from isosweep.spec.values import parse_budget, short_count, slug
+from isosweep.spec.yamlio import ConfigError, Section, merge, parse_overrides, read_yaml, validate
 
 
 class GridSpec(Section):

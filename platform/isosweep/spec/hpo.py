@@ -32,17 +32,8 @@ from pydantic import Field, field_validator, model_validator
 from isosweep.hpo.space import Param, SearchSpace
 from isosweep.models.sizes import SIZES, param_count
 from isosweep.spec.trial import TrialConfig
-from isosweep.spec.yamlio import (
-    ConfigError,
-    Section,
-    merge,
-    parse_budget,
-    parse_overrides,
-    read_yaml,
-    short_count,
-    slug,
-    validate,
-)
+from isosweep.spec.values import parse_budget, short_count, slug
+from isosweep.spec.yamlio import ConfigError, Section, merge, parse_overrides, read_yaml, validate
 
 
 class RangeSpec(Section):

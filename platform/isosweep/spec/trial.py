@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from isosweep.models.sizes import SIZES
+from isosweep.rollout import vllm_available
 from isosweep.spec.profiles import get_profile, trial_resources
 from isosweep.spec.yamlio import Section, merge, parse_overrides, read_yaml, validate
 from isosweep.tasks import get_task
@@ -33,10 +35,19 @@ REGULARISATION: dict[str, tuple[float, float]] = {"easy": (1e-3, 1e-3), "hard": 
 """Default ``(kl_coef, entropy_coef)`` per difficulty: on for easy sets, off for hard ones."""
 
 
+def known(lookup: Callable[[str], object]) -> AfterValidator:
+    """A name field whose value ``lookup`` must find (it raises ``ValueError`` naming what is allowed)."""
+    def check(name: str) -> str:
+        lookup(name)
+        return name
+
+    return AfterValidator(check)
+
+
 class TaskConfig(Section):
     """Which problems a trial trains and evaluates on."""
 
-    name: str = "arithmetic"
+    name: Annotated[str, known(get_task)] = "arithmetic"
     """A built-in task (``arithmetic``, ``countdown``) or a JSONL dataset (``data.jsonl``, ``jsonl:path``)."""
     levels: tuple[int, ...] = (2,)
     """Task difficulty levels to draw problems from (digits for arithmetic, numbers for countdown)."""
@@ -44,12 +55,6 @@ class TaskConfig(Section):
     """Problem set by base pass rate: ``easy`` (rate >= 0.3) or ``hard`` (rate < 0.3)."""
     eval_problems: int = Field(256, gt=0)
     """Held-out problems per evaluation (fewer if the set has fewer)."""
-
-    @field_validator("name")
-    @classmethod
-    def _known_task(cls, name: str) -> str:
-        get_task(name)
-        return name
 
     @model_validator(mode="after")
     def _known_levels(self) -> TaskConfig:
@@ -80,9 +85,7 @@ class ModelConfig(Section):
 
 def _default_engine() -> str:
     """vLLM where it is installed, else the in-process Hugging Face engine."""
-    import importlib.util
-
-    return "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
+    return "vllm" if vllm_available() else "hf"
 
 
 class RolloutConfig(Section):
@@ -178,7 +181,7 @@ class TrialConfig(Section):
     """Rollouts (samples) per problem."""
     seed: int = Field(0, ge=0)
     """Seed of problem order, sampling and initialisation."""
-    profile: str = "cpu-tiny"
+    profile: Annotated[str, known(get_profile)] = "cpu-tiny"
     """Hardware profile (``clusters/profiles.yaml``): the Ray resources of the trial."""
     task: TaskConfig = TaskConfig()
     model: ModelConfig = ModelConfig()
@@ -186,12 +189,6 @@ class TrialConfig(Section):
     algorithm: AlgorithmConfig = AlgorithmConfig()
     trainer: TrainerConfig = TrainerConfig()
     eval: EvalConfig = EvalConfig()
-
-    @field_validator("profile")
-    @classmethod
-    def _known_profile(cls, name: str) -> str:
-        get_profile(name)
-        return name
 
     @model_validator(mode="after")
     def _at_least_one_step(self) -> TrialConfig:
