@@ -207,21 +207,6 @@ def test_random_search_runs_at_the_target_fidelity_within_the_budget(mlflow_serv
     assert len({json.dumps(search.ledger.trials[k].params) for k in keys}) == 3
 
 
-def test_promotion_copies_only_up_to_the_latest_checkpoint(base_model, tmp_path):
-    source = tmp_path / "source"
-    cfg = load_hpo(SMOKE).trial_config({"algorithm.lr_ref": 2e-5, "algorithm.clip_high": 0.3,
-                                        "algorithm.kl_coef": 1e-3}, "tiny-1m", 256)
-    train_loop(cfg, source, log=lambda line: None)
-    TrialDir(source).append_step({"step": 5, "rollouts": 320, "train/reward": 0.1})  # trained past the checkpoint, then killed
-    dest = TrialDir(tmp_path / "dest")
-    assert dest.promote_from(TrialDir(source)) == 256
-    assert [r["step"] for r in dest.steps()] == [1, 2, 3, 4]
-    assert dest.records() == TrialDir(source).records()
-    assert dest.promote_from(TrialDir(source)) == 256  # idempotent: a resumed study promotes again safely
-    with pytest.raises(FileNotFoundError):
-        TrialDir(tmp_path / "other").promote_from(TrialDir(tmp_path / "nothing"))
-
-
 # ------------------------------------------------------------------------------ end to end
 
 

@@ -1,0 +1,96 @@
+"""A trial's directory: records and steps, checkpoints kept and committed, truncation, promotion, stop signals."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from isosweep.spec.hpo import load_hpo
+from isosweep.trial.files import CHECKPOINTS, METRICS_FILE, STEPS_FILE, TrialDir
+from isosweep.trial.loop import train_loop
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE = ROOT / "sweeps" / "hpo-smoke.yaml"
+
+
+def record(step: int, value: float) -> dict:
+    return {"step": step, "rollouts": step * 64, "tokens": step * 300, "eval/mean@4": value, "system/wall_s": step}
+
+
+def checkpoint(trial: TrialDir, rec: dict, is_best: bool) -> Path:
+    """A checkpoint as the loop writes one (the model files are irrelevant here), committed."""
+    tmp = trial.checkpoint_tmp(rec["step"])
+    tmp.mkdir(parents=True)
+    (tmp / "model.safetensors").write_bytes(b"w%d" % rec["step"])
+    trial.write_checkpoint_state(tmp, rec, is_best)
+    return trial.commit_checkpoint(rec["step"], is_best)
+
+
+def test_records_and_steps_append_and_read_back(tmp_path):
+    trial = TrialDir(tmp_path)
+    assert trial.records() == [] and trial.steps() == [] and not trial.is_finished(4)
+    for step in range(3):
+        trial.append_record(record(step * 2, 0.5 + step / 10))
+        trial.append_step({"step": step + 1, "rollouts": (step + 1) * 64})
+    assert [r["step"] for r in trial.records()] == [0, 2, 4] and len(trial.steps()) == 3
+    assert trial.is_finished(4) and not trial.is_finished(5)
+    trial.reset()
+    assert trial.records() == [] and trial.steps() == []
+
+
+def test_only_the_latest_and_the_best_checkpoint_are_kept(tmp_path):
+    trial = TrialDir(tmp_path)
+    checkpoint(trial, record(0, 0.5), is_best=True)
+    checkpoint(trial, record(4, 0.6), is_best=True)
+    checkpoint(trial, record(8, 0.55), is_best=False)
+    assert [p.name for p in trial.checkpoints()] == ["step-000004", "step-000008"]
+    assert (tmp_path / CHECKPOINTS / "best").read_text() == "step-000004"
+    assert trial.latest_checkpoint().name == "step-000008"
+    assert trial.checkpoint_record(trial.latest_checkpoint()) == record(8, 0.55)
+    trial.checkpoint_tmp(12).mkdir()  # a save that crashed half-way is not a checkpoint
+    assert trial.latest_checkpoint().name == "step-000008"
+
+
+def test_truncation_makes_the_files_agree_with_a_checkpoint(tmp_path):
+    trial = TrialDir(tmp_path)
+    for step in (0, 4, 8):
+        trial.append_record(record(step, 0.5))
+    for step in range(1, 11):
+        trial.append_step({"step": step, "rollouts": step * 64})
+    trial.truncate_to(record(4, 0.5))
+    assert [r["step"] for r in trial.records()] == [0, 4] and [r["step"] for r in trial.steps()] == [1, 2, 3, 4]
+    # a record the checkpoint holds but the file lost (a crash between the two writes) comes back
+    (tmp_path / METRICS_FILE).write_text("")
+    trial.truncate_to(record(4, 0.5))
+    assert trial.records() == [record(4, 0.5)]
+    assert not list(tmp_path.glob(".*.tmp"))  # written by rename, nothing left behind
+
+
+def test_stop_is_requested_acknowledged_and_waited_for(tmp_path):
+    trial = TrialDir(tmp_path)
+    assert not trial.stop_requested() and not trial.stop_acknowledged()
+    trial.request_stop("kl_growth at report 3")
+    assert trial.stop_requested() and trial.stop_reason() == "kl_growth at report 3"
+    trial.log_file.write_text("[trial] step 1\n")
+    (tmp_path / STEPS_FILE).write_text("{}\n")  # still training: the wait would last until the timeout...
+    trial.acknowledge_stop(5)
+    started = time.monotonic()
+    trial.wait_for_stop(timeout_s=20.0, idle_s=15.0)  # ...but the trial said it stopped
+    assert time.monotonic() - started < 10.0
+
+
+def test_promotion_copies_only_up_to_the_latest_checkpoint(base_model, tmp_path):
+    source = TrialDir(tmp_path / "source")
+    cfg = load_hpo(SMOKE).trial_config({"algorithm.lr_ref": 2e-5, "algorithm.clip_high": 0.3,
+                                        "algorithm.kl_coef": 1e-3}, "tiny-1m", 256)
+    train_loop(cfg, source.path, log=lambda line: None)
+    source.append_step({"step": 5, "rollouts": 320, "train/reward": 0.1})  # trained past the checkpoint, then killed
+    dest = TrialDir(tmp_path / "dest")
+    assert dest.promote_from(source) == 256
+    assert [r["step"] for r in dest.steps()] == [1, 2, 3, 4]
+    assert dest.records() == source.records()
+    assert dest.promote_from(source) == 256  # idempotent: a resumed study promotes again safely
+    with pytest.raises(FileNotFoundError):
+        TrialDir(tmp_path / "other").promote_from(TrialDir(tmp_path / "nothing"))
