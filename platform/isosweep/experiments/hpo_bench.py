@@ -26,6 +26,7 @@ from typing import Any
 
 from isosweep.experiments.hartmann import compare_on_hartmann
 from isosweep.report.hpo import plot_trajectories
+from isosweep.report.tables import fmt
 from isosweep.run.core import say
 from isosweep.run.hpo import run_hpo
 from isosweep.spec.hpo import load_hpo
@@ -146,16 +147,12 @@ def run(out: str | Path, part: str = "all", seeds: int = 3, cost_budget: float =
                               margins=margins, runs_root=runs_root, log=log)
         for method, row in result["real"]["methods"].items():
             reached = ", ".join(f"{name}: {row['reached_threshold'][name]} seeds, median compute "
-                                f"{_fmt(row['compute_to_threshold_median'][name], ',.0f')}"
+                                f"{fmt(row['compute_to_threshold_median'][name], ',.0f')}"
                                 for name in row["reached_threshold"])
             log(f"[hpo-bench] real, {method}: best target eval (mean over seeds) "
-                f"{_fmt(row['best_target_mean'])}; reached base {reached}")
+                f"{fmt(row['best_target_mean'])}; reached base {reached}")
     result["host"] = {"machine": host.machine(), "python": host.python_version()}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1, default=str) + "\n")
     log(f"[hpo-bench] figures -> {out}")
     return result
-
-
-def _fmt(value: float | None, spec: str = ".3f") -> str:
-    return "n/a" if value is None else format(value, spec)

@@ -26,6 +26,7 @@ import numpy as np
 
 from isosweep.report import frontier as F
 from isosweep.report.plots import png, pyplot
+from isosweep.report.tables import fmt, text_table
 from isosweep.track.curves import Curve
 
 SATURATION_GRID = 64
@@ -171,27 +172,20 @@ def gains(analysis: Analysis) -> dict[str, dict[str, float]]:
 # --------------------------------------------------------------------------------- text
 
 
-def _fmt(value, digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return f"{value:.{digits}f}"
-
-
 def table_text(analysis: Analysis, metric: str | None = None) -> str:
     """The frontier table of ``metric`` (default: the primary one) and the fitted curves, as text."""
     metric = metric or analysis.primary
     m = analysis.metrics[metric]
     lines = [f"frontier of {metric} -- {analysis.title} (C in rollouts per trial; M(C) = steps the best "
-             "config takes to reach C; fitted value with 90% CI)",
-             f"{'C':>10}  {'best config':<12} {'n*':>4} {'Bp*':>4} {'M(C)':>6}  {'fitted':>6}  {'90% CI':<15} "
-             f"{'observed best':<22}"]
+             "config takes to reach C; fitted value with 90% CI)"]
+    rows = []
     for row in m.rows:
-        ci = f"[{_fmt(row['low'])}, {_fmt(row['high'])}]" if not math.isnan(row["low"]) else "-"
-        M = int(row["C"] // (row["n"] * row["Bp"])) if row["config"] else None  # steps to reach C
-        observed = f"{row['observed_config']} {_fmt(row['observed_value'])}" if row["observed_config"] else "-"
-        lines.append(f"{row['C']:>10,.0f}  {row['config'] or '(no fit)':<12} {row.get('n', '-'):>4} "
-                     f"{row.get('Bp', '-'):>4} {M if M is not None else '-':>6}  {_fmt(row['value']):>6}  "
-                     f"{ci:<15} {observed:<22}")
+        ci = f"[{fmt(row['low'])}, {fmt(row['high'])}]" if not math.isnan(row["low"]) else "-"
+        steps_to_c = int(row["C"] // (row["n"] * row["Bp"])) if row["config"] else None
+        observed = f"{row['observed_config']} {fmt(row['observed_value'])}" if row["observed_config"] else "-"
+        rows.append([f"{row['C']:,.0f}", row["config"] or "(no fit)", str(row.get("n", "-")), str(row.get("Bp", "-")),
+                     "-" if steps_to_c is None else str(steps_to_c), fmt(row["value"]), ci, observed])
+    lines += text_table(["C", "best config", "n*", "Bp*", "M(C)", "fitted", "90% CI", "observed best"], rows, "><>>>><<")
     if m.saturation is None:
         lines.append("n*(C) is still changing at the largest compute: no saturation within this budget")
     elif isinstance(m.saturation, float) and math.isnan(m.saturation):
@@ -206,17 +200,17 @@ def table_text(analysis: Analysis, metric: str | None = None) -> str:
     lines.append("")
     lines.append(f"fitted curves R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) on {metric} records; "
                  "hold-out: fit on C <= C_max/4, predict C_max")
-    lines.append(f"{'config':<12} {'R0':>6} {'A':>6} {'C_mid':>10} {'B':>6} {'points':>6}  {'hold-out pred/obs/err':<24}")
+    rows = []
     for key in analysis.configs:
-        if key in m.fits:
-            p = m.fits[key].params
-            h = m.holdout.get(key, {})
-            hold = (f"{_fmt(h['predicted'])}/{_fmt(h['observed'])}/{_fmt(h['abs_error'])}"
-                    if h.get("predicted") is not None else f"- ({h.get('n_fit_points', 0)} records at C <= C_max/4)")
-            lines.append(f"{key:<12} {p['R0']:>6.3f} {p['A']:>6.3f} {p['C_mid']:>10,.0f} {p['B']:>6.2f} "
-                         f"{m.fits[key].n:>6}  {hold}")
-        else:
-            lines.append(f"{key:<12} no fit: {m.unfitted[key]}")
+        if key not in m.fits:
+            continue
+        p = m.fits[key].params
+        h = m.holdout.get(key, {})
+        hold = (f"{fmt(h['predicted'])}/{fmt(h['observed'])}/{fmt(h['abs_error'])}"
+                if h.get("predicted") is not None else f"- ({h.get('n_fit_points', 0)} records at C <= C_max/4)")
+        rows.append([key, fmt(p["R0"]), fmt(p["A"]), f"{p['C_mid']:,.0f}", fmt(p["B"], ".2f"), str(m.fits[key].n), hold])
+    lines += text_table(["config", "R0", "A", "C_mid", "B", "points", "hold-out pred/obs/err"], rows, "<>>>>><")
+    lines += [f"{key:<12} no fit: {why}" for key, why in m.unfitted.items()]
     return "\n".join(lines)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from isosweep.hpo.ledger import StudyLedger
 from isosweep.report.plots import pyplot
+from isosweep.report.tables import fmt, text_table
 
 
 def summary(ledger: StudyLedger, recommended: dict[str, Any] | None, target_base: float | None) -> dict[str, Any]:
@@ -41,19 +42,15 @@ def table_text(result: dict[str, Any]) -> str:
     """The trials of a study as a fixed-width table, then the incumbent and the recommendation."""
     metric = result["metric"].split("/")[1]
     names = list(result["trials"][0]["params"]) if result["trials"] else []
-    short = [n.split(".")[-1] for n in names]
-    head = (f"{'trial':<28} {'size':<10} {'budget':>7} {'reached':>7} "
-            + " ".join(f"{s:>10}" for s in short)
-            + f" {metric:>9} {'best':>6} {'cost':>8} {'spent':>9}  stop / promoted from")
     lines = [f"HPO study {result['sweep_id']} ({result['search']}): {len(result['trials'])} trials, spent "
-             f"{result['spent']:,.0f} of {result['study_budget']:,.0f} ({result['cost_units']})", head]
-    for t in result["trials"]:
-        value = "-" if t["value"] is None else f"{t['value']:.3f}"
-        best = "-" if t["best"] is None else f"{t['best']:.3f}"
-        lines.append(f"{t['key']:<28} {t['size']:<10} {t['budget']:>7} {t['reached']:>7} "
-                     + " ".join(f"{t['params'][n]:>10.3g}" for n in names)
-                     + f" {value:>9} {best:>6} {t['cost']:>8,.0f} {t['spent_after'] or 0:>9,.0f}  {t['stop_reason']}"
-                     + (f" / {t['promoted_from']}" if t["promoted_from"] else ""))
+             f"{result['spent']:,.0f} of {result['study_budget']:,.0f} ({result['cost_units']})"]
+    rows = [[t["key"], t["size"], str(t["budget"]), str(t["reached"]), *(f"{t['params'][n]:.3g}" for n in names),
+             fmt(t["value"]), fmt(t["best"]), f"{t['cost']:,.0f}", f"{t['spent_after'] or 0:,.0f}",
+             t["stop_reason"] + (f" / {t['promoted_from']}" if t["promoted_from"] else "")]
+            for t in result["trials"]]
+    header = ["trial", "size", "budget", "reached", *(n.split(".")[-1] for n in names), metric, "best", "cost", "spent",
+              "stop / promoted from"]
+    lines += text_table(header, rows, "<<>>" + ">" * len(names) + ">>>><")
     bt = result["best_target"]
     lines.append("")
     lines.append(f"best {metric} at the target ({result['target']}): "
