@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from isosweep.run.core import TrialJob, duration, is_finished, max_concurrency, trial_dir
+from isosweep.run.core import TrialJob, duration, is_finished, max_concurrency, trial_of
 from isosweep.run.grid import GridProgress
 from isosweep.spec.grid import load_sweep
 from isosweep.spec.yamlio import ConfigError
@@ -43,12 +43,12 @@ def test_durations_read_as_people_write_them():
 def test_grid_progress_counts_finished_trials_and_estimates_only_once_settled(tmp_path):
     sweep = load_sweep(SMOKE, 2000)
     first, second = sweep.trials
-    done = trial_dir(tmp_path, first.key)
+    done = trial_of(tmp_path, first.key)
     done.path.mkdir(parents=True)
     last = first.cfg.budget // (first.cfg.Bp * first.cfg.n)
     done.append_record({"step": 0, "rollouts": 0, sweep.metric: 0.4})
     done.append_record({"step": last, "rollouts": last * first.cfg.Bp * first.cfg.n, sweep.metric: 0.6})
-    assert is_finished(done, first.cfg) and not is_finished(trial_dir(tmp_path, second.key), second.cfg)
+    assert is_finished(done, first.cfg) and not is_finished(trial_of(tmp_path, second.key), second.cfg)
     progress = GridProgress(sweep, tmp_path)
     line = progress.status(running=1, failed=0, elapsed_s=10)
     assert line.startswith("[sweep] 1/2 trials done, 1 running, 0 failed")

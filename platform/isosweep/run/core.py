@@ -58,7 +58,7 @@ def duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def trial_dir(sweep_out: Path, key: str) -> TrialDir:
+def trial_of(sweep_out: Path, key: str) -> TrialDir:
     """The directory of trial ``key`` of the study whose folder is ``sweep_out``."""
     return TrialDir(Path(sweep_out) / TRIALS / key)
 
@@ -230,7 +230,7 @@ class Progress(tune.Callback):
         self.ended.add(key)
         self.failed.add(key)
         self.log(f"[{self.prefix}] trial {key} FAILED (its checkpoints and MLflow run are kept; re-run to retry): "
-                 f"see {trial_dir(self.sweep_out, key).log_file} and {trial.local_path}")
+                 f"see {trial_of(self.sweep_out, key).log_file} and {trial.local_path}")
 
     def on_step_end(self, iteration, trials, **info):
         now = time.monotonic()

@@ -17,7 +17,7 @@ from pathlib import Path
 from ray import tune
 
 from isosweep.report.analysis import Analysis, analyse, table_text, write_outputs
-from isosweep.run.core import Progress, TrialJob, duration, is_finished, open_study, run_trials, say, trial_dir
+from isosweep.run.core import Progress, TrialJob, duration, is_finished, open_study, run_trials, say, trial_of
 from isosweep.spec.grid import Sweep
 from isosweep.spec.trial import steps
 from isosweep.spec.yamlio import ConfigError
@@ -34,7 +34,7 @@ class GridProgress:
         self.best: tuple[str | None, float] = (None, -math.inf)
         self.done: set[str] = set()
         for point in sweep.trials:
-            trial = trial_dir(sweep_out, point.key)
+            trial = trial_of(sweep_out, point.key)
             records = trial.records()
             self.rollouts[point.key] = records[-1]["rollouts"] if records else 0
             for r in records:
@@ -77,18 +77,18 @@ def run_sweep(sweep: Sweep, runs_root: str | Path = "runs/sweeps", dashboards: s
     sweep_out, uri = open_study(sweep.sweep_id, runs_root, log)
     client = runs.client(uri)
     parent_id = runs.open_parent(client, sweep, sweep_out)
-    pending = [p for p in sweep.trials if not is_finished(trial_dir(sweep_out, p.key), p.cfg)]
+    pending = [p for p in sweep.trials if not is_finished(trial_of(sweep_out, p.key), p.cfg)]
     log(f"[sweep] {sweep.sweep_id}: {sweep.spec.study} study, {len(sweep.trials)} trials at C = {sweep.budget:,} "
         f"rollouts each ({len(sweep.trials) - len(pending)} already finished); output {sweep_out}")
     log(f"[sweep] MLflow: {uri} (experiment '{runs.EXPERIMENT}', parent run {parent_id})")
     interrupted = False
     if pending:
-        jobs = [TrialJob(key=p.key, config_key=p.config_key, cfg=p.cfg, out=str(trial_dir(sweep_out, p.key).path),
+        jobs = [TrialJob(key=p.key, config_key=p.config_key, cfg=p.cfg, out=str(trial_of(sweep_out, p.key).path),
                          sweep_id=sweep.sweep_id, parent_run_id=parent_id, tracking_uri=uri) for p in pending]
         progress = Progress(GridProgress(sweep, sweep_out), sweep_out, log, progress_every_s, "sweep")
         interrupted = run_trials(sweep_out, [p.cfg for p in sweep.trials], sweep.path, address, progress, log,
                                  "sweep", param_space={"trial": tune.grid_search([j.to_tune() for j in jobs])})
-    unfinished = [p.key for p in sweep.trials if not is_finished(trial_dir(sweep_out, p.key), p.cfg)]
+    unfinished = [p.key for p in sweep.trials if not is_finished(trial_of(sweep_out, p.key), p.cfg)]
     if unfinished:
         client.update_run(parent_id, status="KILLED" if interrupted else "FAILED")
         log(f"[sweep] {'interrupted' if interrupted else 'incomplete'}: {len(unfinished)} of "

@@ -42,7 +42,7 @@ from isosweep.hpo.ledger import StudyLedger, TrialEntry
 from isosweep.hpo.searcher import JFHPOSearcher, RandomSearcher, asha_scheduler
 from isosweep.hpo.stopping import DynamicsStopper
 from isosweep.report.hpo import summary, table_text, write_summary
-from isosweep.run.core import Progress, TrialJob, duration, open_study, run_trials, say, trial_dir
+from isosweep.run.core import Progress, TrialJob, duration, open_study, run_trials, say, trial_of
 from isosweep.spec.hpo import HPOStudy
 from isosweep.track import runs
 
@@ -172,9 +172,9 @@ class StudySearch(Searcher):
         """A new trial, promoted from the furthest finished trial of its configuration if there is one."""
         entry = TrialEntry(key=key, size=size, budget=budget, params=params)
         source = self.ledger.promotion_source(
-            entry, has_checkpoint=lambda k: trial_dir(self.sweep_out, k).latest_checkpoint() is not None)
+            entry, has_checkpoint=lambda k: trial_of(self.sweep_out, k).latest_checkpoint() is not None)
         if source is not None:
-            entry.start_rollouts = trial_dir(self.sweep_out, key).promote_from(trial_dir(self.sweep_out, source.key))
+            entry.start_rollouts = trial_of(self.sweep_out, key).promote_from(trial_of(self.sweep_out, source.key))
             entry.promoted_from = source.key
             self.log(f"[hpo] {key}: promoted from {source.key}, resuming at {entry.start_rollouts:,} rollouts "
                      f"(only the {budget - entry.start_rollouts:,} beyond them are trained)")
@@ -194,7 +194,7 @@ class StudySearch(Searcher):
         if entry.final:
             tags["isosweep.final"] = "true"
         return TrialJob(key=entry.key, config_key=entry.config_key, cfg=cfg,
-                        out=str(trial_dir(self.sweep_out, entry.key).path), sweep_id=self.study.sweep_id,
+                        out=str(trial_of(self.sweep_out, entry.key).path), sweep_id=self.study.sweep_id,
                         parent_run_id=self.parent_id, tracking_uri=self.uri, tags=tags)
 
     # -- results ------------------------------------------------------------------------------
@@ -214,7 +214,7 @@ class StudySearch(Searcher):
         metric = self.study.metric
         if result.get(metric) is None:
             return result
-        records = trial_dir(self.sweep_out, key).records()
+        records = trial_of(self.sweep_out, key).records()
         if not records or records[0]["rollouts"] != 0:
             return {k: v for k, v in result.items() if k != metric}
         return {**result, metric: float(result[metric]) - float(records[0][metric])}
@@ -224,7 +224,7 @@ class StudySearch(Searcher):
         if key is None or self.ledger.trials[key].status != "running":
             return
         entry = self.ledger.trials[key]
-        trial = trial_dir(self.sweep_out, key)
+        trial = trial_of(self.sweep_out, key)
         records = trial.records()
         reason = self.reasons(trial_id)
         if not error and (not records or records[-1]["rollouts"] < entry.budget):
@@ -334,7 +334,7 @@ def run_hpo(study: HPOStudy, runs_root: str | Path = "runs/sweeps", dashboards: 
             f"{ledger.spent:,.0f} of {study.study_budget:,.0f} spent; run the same command again to continue")
         return None
     target_base = next((records[0][study.metric] for t in ledger.trials.values() if t.size == study.target
-                        for records in [trial_dir(sweep_out, t.key).records()] if records), None)
+                        for records in [trial_of(sweep_out, t.key).records()] if records), None)
     result = summary(ledger, search.inner.recommend(), target_base)
     out = sweep_out / "hpo"
     copies = dashboards and Path(dashboards) / spec.name

@@ -199,7 +199,7 @@ def check_layout(profile: Profile, workers: int, actors: int) -> None:
 
 
 def deepspeed_overrides(profile: Profile, zero_stage: int) -> dict[str, Any]:
-    """The part of the DeepSpeed config a profile decides, to merge into ``trainer.deepspeed_config``.
+    """The part of the DeepSpeed config a profile decides, to merge into ``learner.deepspeed_config``.
 
     ``zero_stage`` is the trial's ``trainer.zero_stage``, used unless the profile fixes one.
     """
