@@ -140,7 +140,7 @@ class TrialDir:
     @staticmethod
     def checkpoint_record(folder: Path) -> dict:
         """The eval record a checkpoint was taken at."""
-        return torch.load(folder / STATE_FILE, weights_only=False)["record"]
+        return torch.load(folder / STATE_FILE, weights_only=True)["record"]
 
     def commit_checkpoint(self, step: int, is_best: bool) -> Path:
         """Rename the finished temporary checkpoint of ``step`` into place; keep only the latest and the best."""
