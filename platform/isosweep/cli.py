@@ -26,6 +26,8 @@ import webbrowser
 from pathlib import Path
 
 from isosweep.models.sizes import SIZES
+from isosweep.run.plan import plan
+from isosweep.run.submit import how_to_follow, ray_cli, submit
 from isosweep.spec.grid import Sweep
 from isosweep.spec.hpo import HPOStudy
 from isosweep.spec.study import load_study
@@ -107,8 +109,6 @@ def _hpo(study: HPOStudy, args: argparse.Namespace) -> None:
 
 
 def _dry_run(sweep: Sweep, cluster: str | None = None) -> None:
-    from isosweep.run.plan import plan  # Ray (through the runner core)
-
     print(plan(sweep, cluster))
 
 
@@ -120,8 +120,6 @@ def _frontier(args: argparse.Namespace) -> None:
 
 
 def _submit(args: argparse.Namespace) -> None:
-    from isosweep.run.submit import how_to_follow, ray_cli, submit  # Ray's job client
-
     # a bad file or budget stops here, before any upload
     extra = []
     study = load_study(args.spec, args.budget, args.study_budget or None)
