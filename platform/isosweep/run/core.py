@@ -115,7 +115,7 @@ def tune_trial(config: dict) -> None:
     client = runs.client(job.tracking_uri)
     run_id = runs.open_child(client, job.parent_run_id, job.sweep_id, job.key, job.cfg, job.config_key)
     for name, value in job.tags.items():
-        client.set_tag(run_id, name, str(value))
+        client.set_tag(run_id, name, value)
     logger = runs.TrialLogger(job.tracking_uri, run_id, trial, job.cfg.eval.k)
     logger.catch_up()
 

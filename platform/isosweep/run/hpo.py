@@ -183,14 +183,14 @@ class StudySearch(Searcher):
     def job(self, entry: TrialEntry) -> TrialJob:
         """The Tune trial job of ``entry``."""
         cfg = self.study.trial_config(entry.params, entry.size, entry.budget)
-        tags = {"isosweep.fidelity.size": entry.size, "isosweep.fidelity.budget": entry.budget,
+        tags = {"isosweep.fidelity.size": entry.size, "isosweep.fidelity.budget": str(entry.budget),
                 "isosweep.fidelity.s": f"{self.study.size_fidelity(entry.size):.4g}",
                 "isosweep.fidelity.b": f"{entry.budget / self.study.budget:.4g}",
                 "isosweep.promoted": str(entry.promoted_from is not None).lower(),
                 "isosweep.search": self.study.spec.search}
         if entry.promoted_from:
             tags.update({"isosweep.promoted_from": entry.promoted_from,
-                         "isosweep.promoted_at_rollouts": entry.start_rollouts})
+                         "isosweep.promoted_at_rollouts": str(entry.start_rollouts)})
         if entry.final:
             tags["isosweep.final"] = "true"
         return TrialJob(key=entry.key, config_key=entry.config_key, cfg=cfg,
