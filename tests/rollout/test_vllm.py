@@ -36,20 +36,38 @@ MAX_NEW_TOKENS = 8
 N = 4
 
 SEEDS = range(4)
-"""Mismatch figures pool these generate seeds: 4 x 16 prompts x 4 samples, ~900 tokens."""
+"""Mismatch figures pool these generate seeds over MISMATCH_PROMPTS: 4 x 64 prompts x 4 samples, ~3700 tokens."""
 
-# |vLLM logp - fp32 trainer logp| per completion token, tiny-1m arithmetic base, temperature 0.8,
-# pooled over SEEDS (912 tokens), measured on 2026-11-29 on a 2-core CPU (vLLM 0.32 bf16 vs fp32):
-#   bf16 engine: mean 0.0053, median 0.0003, max 0.155
-#   fp8 engine:  mean 0.0085, median 0.0008, max 0.175 (ratios to bf16: mean 1.60, median 2.33);
-#                against the trainer on the same FP8-rounded weights: mean 0.0037
-# The mean is dominated by a few rare tokens (their bf16 logit error is largest), so the
-# fp8/bf16 ratio of means ranged 1.3-1.9 over single seeds; the median ratio is steadier.
+# |vLLM logp - fp32 trainer logp| per completion token, tiny-1m arithmetic base, temperature 0.8.
+# The statistic is the mean (what the trainer logs as mismatch/logp_abs_diff_mean and what AIS's
+# alpha_mis reads): "FP8 weights move the rollout policy further from the trainer" is a claim about
+# the average distance. Most per-token errors are tiny and quantised (bf16 logits), so the median of
+# either engine is a few 1e-4 and its fp8/bf16 ratio swung from 0.3 to 10 between seeds; the mean is
+# carried by a few rare tokens, so it is pooled over 64 prompts (a batch of 256 costs about what a
+# batch of 64 does) rather than the 16 that the other tests sample.
+#
+# Measured on 2026-12-01 (2-core CPU, vLLM 0.32 bf16 vs the fp32 trainer) over 75 runs of this test's
+# figures: 3 base models (warm-up seeds 0, 1, 2, standing in for the seed-0 model built on other machines:
+# it is built on first use, and this machine's already gave a bf16 median |dlogp| of 0.0008 where the
+# 2026-11-29 notes had 0.0003) x 25 draws of the 64 prompts and of the 4 generate seeds:
+#   bf16 engine mean |dlogp|                      0.0025-0.0048
+#   fp8 / bf16 engine mean                        1.47-3.71 (5% quantile 1.62; medians per model 1.9-2.9)
+#   fp8 engine: to the trainer / to FP8-rounded    1.53-3.87 (5% quantile 1.78), the same tokens
+#   fp8 engine to FP8-rounded / bf16 engine mean  0.63-1.24
+# With the 16 prompts of the other tests the fp8 / bf16 ratio of means reached down to 1.20 and the
+# paired ratio to 1.39 (90 runs), under the bounds of 1.3 and 1.5 asserted before; the medians' ratio
+# was 0.77 on this machine's seed-0 base model itself, which failed the old median bound every run.
 BF16_TOLERANCE = 0.016
-"""Upper bound on the bf16 engine's mean |dlogp| against the fp32 trainer (3x the measured 0.0053)."""
-FP8_MEAN_RATIO, FP8_MEDIAN_RATIO, FP8_PAIRED_RATIO = 1.3, 1.5, 1.5
-"""Lower bounds (measured 1.60, 2.33, 2.30) on fp8 / bf16 mean and median |dlogp|, and on the fp8
-engine's mean |dlogp| to the trainer over its mean |dlogp| to the trainer on FP8-rounded weights."""
+"""Upper bound on the bf16 engine's mean |dlogp| against the fp32 trainer (measured at most 0.0048 with the
+64 prompts, 0.0070 with 16); also the bound for "serves these weights" after a weight update."""
+FP8_MEAN_RATIO = 1.2
+"""Lower bound on fp8 / bf16 engine mean |dlogp| to the trainer (measured 1.47-3.71; 1 without rounding)."""
+FP8_PAIRED_RATIO = 1.2
+"""Lower bound, on the fp8 engine's own tokens, on its mean |dlogp| to the trainer over its mean |dlogp|
+to the trainer on FP8-rounded weights (measured 1.53-3.87)."""
+FP8_OWN_WEIGHTS_RATIO = 1.5
+"""Upper bound on the fp8 engine's mean |dlogp| to the trainer on FP8-rounded weights over the bf16
+engine's mean |dlogp| to the trainer (measured 0.63-1.24): both are bf16 noise alone."""
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +85,13 @@ def prompts() -> list[str]:
     """16 arithmetic prompts of 1- to 3-digit operands (several prompt lengths)."""
     task = get_task("arithmetic")
     return [p.prompt for level, count in [(1, 5), (2, 6), (3, 5)] for p in task.problems("train", level, count, seed=0)]
+
+
+@pytest.fixture(scope="module")
+def mismatch_prompts() -> list[str]:
+    """64 arithmetic prompts of 1- to 3-digit operands, for the pooled mismatch figures."""
+    task = get_task("arithmetic")
+    return [p.prompt for level, count in [(1, 20), (2, 24), (3, 20)] for p in task.problems("train", level, count, seed=0)]
 
 
 def start(model_path: str, precision: str) -> VLLMEngine:
@@ -105,8 +130,8 @@ def perturbed(state: dict[str, torch.Tensor], scale: float, seed: int) -> dict[s
 
 
 @pytest.fixture(scope="module")
-def bf16_error(bf16_engine: VLLMEngine, trainer: torch.nn.Module, prompts: list[str]) -> torch.Tensor:
-    return torch.cat([logp_error(trainer, bf16_engine.generate(prompts, N, seed=seed)) for seed in SEEDS])
+def bf16_error(bf16_engine: VLLMEngine, trainer: torch.nn.Module, mismatch_prompts: list[str]) -> torch.Tensor:
+    return torch.cat([logp_error(trainer, bf16_engine.generate(mismatch_prompts, N, seed=seed)) for seed in SEEDS])
 
 
 def test_engine_arguments() -> None:
@@ -173,6 +198,9 @@ def test_update_weights(bf16_engine: VLLMEngine, trainer: torch.nn.Module, promp
     try:
         after = bf16_engine.generate(prompts, N, seed=1)
         assert after.policy_version == 2
+        # Over 90 runs (3 base models x 30 perturbation and generate seeds) the engine's mean |dlogp| was
+        # 0.049-0.47 to the old trainer and 0.0017-0.0096 to the perturbed one; 0.0018-0.0072 after the
+        # embedding-only update. Weights that did not arrive would leave the first under the tolerance.
         moved = (logp_error(trainer, after).mean(), logp_error(noisy, after).mean())
         print(f"\nperturbed weights: mean |dlogp| vs old trainer {moved[0]:.4f}, vs perturbed trainer {moved[1]:.4f}")
         assert moved[1] < BF16_TOLERANCE < moved[0]
@@ -185,27 +213,37 @@ def test_update_weights(bf16_engine: VLLMEngine, trainer: torch.nn.Module, promp
 
 
 def test_fp8_engine_serves_fp8_rounded_weights(
-    fp8_engine: VLLMEngine, trainer: torch.nn.Module, prompts: list[str], bf16_error: torch.Tensor
+    fp8_engine: VLLMEngine, trainer: torch.nn.Module, mismatch_prompts: list[str], bf16_error: torch.Tensor
 ) -> None:
     """The FP8 engine is further from the trainer than the bf16 engine, and the extra distance is
-    the FP8 weight error: scored by the trainer on FP8-rounded weights, its samples match to bf16 noise."""
+    the FP8 weight error: scored by the trainer on FP8-rounded weights, its samples match to bf16 noise.
+
+    Why it fails if the rounding breaks: with the rounding off (the fp8 engine serving the plain bf16
+    weights) the first ratio is exactly 1 (the same weights and seeds sample the same tokens with the
+    same log-probs) and the second is the bf16 engine's |dlogp| to the plain trainer over its |dlogp| to
+    the rounded one, measured 0.30-0.66 in the same 75 runs; the third is then the inverse, 1.52-3.39,
+    mostly over its bound too. Rounding other weights than the trainer's FP8 copy does (embeddings,
+    norms) or on another grid leaves the engine as far from the rounded trainer as from the plain one:
+    the second and third fail.
+    """
     rounded = AutoModelForCausalLM.from_config(trainer.config).eval()
     rounded.load_state_dict({name: t.float() for name, t in fp8_state_dict(
         {name: t.to(torch.bfloat16) for name, t in trainer.state_dict().items()}).items()})
-    batches = [fp8_engine.generate(prompts, N, seed=seed) for seed in SEEDS]
+    batches = [fp8_engine.generate(mismatch_prompts, N, seed=seed) for seed in SEEDS]
     assert all(r.policy_version == 0 for r in batches)
     fp8_error = torch.cat([logp_error(trainer, r) for r in batches])
-    to_rounded = torch.cat([logp_error(rounded, r) for r in batches])
-    print(f"\nfp8 vLLM vs fp32 trainer: mean |dlogp| {fp8_error.mean():.4f} (median {fp8_error.median():.4f}, "
-          f"max {fp8_error.max():.4f}); bf16 vLLM: {bf16_error.mean():.4f} (median {bf16_error.median():.4f}, "
-          f"max {bf16_error.max():.4f}); mean ratio {fp8_error.mean() / bf16_error.mean():.2f}, "
-          f"median ratio {fp8_error.median() / bf16_error.median():.2f}; "
-          f"fp8 vLLM vs fp32 trainer on fp8-rounded weights: {to_rounded.mean():.4f}")
-    assert fp8_error.mean() > FP8_MEAN_RATIO * bf16_error.mean()
-    assert fp8_error.median() > FP8_MEDIAN_RATIO * bf16_error.median()
-    assert fp8_error.mean() > FP8_PAIRED_RATIO * to_rounded.mean()
+    to_rounded = torch.cat([logp_error(rounded, r) for r in batches])  # the same tokens, paired with fp8_error
+    ratio, paired, own = (fp8_error.mean() / bf16_error.mean(), fp8_error.mean() / to_rounded.mean(),
+                          to_rounded.mean() / bf16_error.mean())
+    print(f"\nmean |dlogp| to the fp32 trainer: fp8 vLLM {fp8_error.mean():.4f} over {fp8_error.numel()} tokens, "
+          f"bf16 vLLM {bf16_error.mean():.4f} over {bf16_error.numel()}; fp8 vLLM to the trainer on fp8-rounded "
+          f"weights {to_rounded.mean():.4f}; ratios fp8/bf16 {ratio:.2f}, to trainer/to rounded {paired:.2f}, "
+          f"to rounded/bf16 {own:.2f}")
+    assert ratio > FP8_MEAN_RATIO
+    assert paired > FP8_PAIRED_RATIO
+    assert own < FP8_OWN_WEIGHTS_RATIO
     fp8_engine.update_weights(trainer.state_dict(), version=4)
-    again = fp8_engine.generate(prompts, N, seed=SEEDS[0])
+    again = fp8_engine.generate(mismatch_prompts, N, seed=SEEDS[0])
     assert again.policy_version == 4 and again.logprobs == batches[0].logprobs  # updates are rounded too
 
 
