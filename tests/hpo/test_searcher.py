@@ -170,6 +170,8 @@ def test_suggestions_use_discrete_sizes_and_track_optimum():
     s = searcher()
     run(s, 14)
     config = s.recommend()
+    # Deterministic (seed 3, one thread). Over searcher seeds 0-19 every recommendation was at the target
+    # and within 0.11 (lr) and 0.06 (clip) unit distance of the optimum; seed 3 within 0.01.
     assert config["model"] == "tiny-5m" and config["budget"] == 10000
     x = s.space.to_unit(config)
     assert abs(x[0] - 0.3) < 0.2 and abs(x[1] - 0.7) < 0.2

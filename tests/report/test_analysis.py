@@ -63,6 +63,10 @@ def test_noisy_sweep_puts_the_true_frontier_inside_the_bootstrap_band_at_the_bud
                      bootstrap=100, seed=seed)
     last = result.metrics["mean@4"].rows[-1]
     truth = max(F.sigmoid(BUDGET, **p) for p in TRUE.values())
+    # Deterministic (seeded noise and bootstrap). Seeds 0-3 put the truth inside the band, 0.015 at most
+    # from the value, with n8 winning. Over seeds 0-59 the band held the truth in 49 (in 10 of the 11 misses
+    # the band lay above it: the fit follows running-max records, which noise lifts), the value was over 0.04
+    # away in 3 (up to 0.15) and n4 won at the budget in 3: the name's claim holds for these seeds only.
     assert last["low"] <= last["high"]
     assert abs(last["value"] - truth) < 0.04
     assert last["config"] in ("n8-Bp16", "n16-Bp16")  # the low-plateau config never wins at C_max

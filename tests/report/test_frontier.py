@@ -146,6 +146,9 @@ def test_sigmoid_matches_formula(seed: int) -> None:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_robust_fit_recovers_parameters(seed: int) -> None:
+    # Deterministic (seeded noise). Over noise seeds 0-299 the errors reached |dA| 0.013, |dR0| 0.017,
+    # |dlog C_mid| 0.108 (over 0.1 in 2 seeds) and |dB| / B 0.11; seeds 0-5 stay under 0.010, 0.005,
+    # 0.035 and 0.055.
     fit = fit_sigmoid(COMPUTE, noisy_curve(seed), bootstrap=0)
     assert fit.success and fit.n == COMPUTE.size
     assert fit.params["A"] == pytest.approx(TRUE["A"], abs=0.02)
@@ -163,6 +166,8 @@ def test_soft_l1_beats_least_squares_with_outliers(seed: int) -> None:
     plain = fit_sigmoid(COMPUTE, value, loss="linear", bootstrap=0)
     robust_err = np.max(np.abs(robust.predict(grid) - truth))
     plain_err = np.max(np.abs(plain.predict(grid) - truth))
+    # Deterministic. Over noise seeds 0-299: robust_err 0.017 at most, plain_err 0.024 at least (0.043 in
+    # seeds 0-5); the robust asymptote was the closer one in 292 of 300 seeds (all of seeds 0-5).
     assert robust_err < 0.02 < plain_err
     assert abs(robust.params["A"] - TRUE["A"]) < abs(plain.params["A"] - TRUE["A"])
 
@@ -174,6 +179,10 @@ def test_exact_curve_is_recovered_exactly() -> None:
 
 
 def test_bootstrap_ci_covers_truth_in_most_seeds() -> None:
+    # Deterministic (seeded noise and resampling). The 90% intervals covered the truth in 83-90% of noise
+    # seeds 0-59 (R0 90%, A 87%, C_mid 83%, B 85%: the percentile bootstrap of the robust fit covers a
+    # little less than nominal); seeds 0-9 give 9, 9, 10, 10 of 10. Some parameter falls under 7 in
+    # about 1 in 10 random sets of 10 seeds, so a change to the fit's numerics can fail this honestly.
     covered = {name: 0 for name in PARAM_NAMES}
     for seed in range(10):
         fit = fit_sigmoid(COMPUTE, noisy_curve(seed), bootstrap=200, seed=seed)
@@ -293,6 +302,8 @@ def test_frontier_from_fitted_noisy_curves() -> None:
         fits[key], configs[key] = fit_sigmoid(compute, value, bootstrap=40, seed=1), config
     grid = np.array([2e2, 1e5, 1e6])  # far from the crossings
     rows = frontier(fits, configs, grid)
+    # Deterministic. Over noise seeds 0-59 the winners and bands held in every seed and the value was
+    # at most 0.007 from the truth (0.0008 for seed 0).
     assert [row["config"] for row in rows] == ["n4", "n16", "n16"]
     for row in rows:
         assert row["low"] <= row["value"] <= row["high"]
@@ -346,7 +357,7 @@ def test_holdout_observed_is_the_running_max() -> None:
     value[-1] = 0.0  # the last eval broke
     out = holdout_check(COMPUTE, value)
     assert out["observed"] == value.max()
-    assert out["abs_error"] < 0.05
+    assert out["abs_error"] < 0.05  # deterministic: 0.022 here, at most 0.025 over noise seeds 0-59
 
 
 def test_holdout_with_too_few_points_says_why() -> None:
