@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from isosweep.spec.trial import entropy_coef, kl_coef, learning_rate, load_trial, steps
+from isosweep.rollout import vllm_available
+from isosweep.spec.trial import engine_choice, entropy_coef, kl_coef, learning_rate, load_trial, resources_of, steps
 from isosweep.spec.yamlio import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,3 +107,19 @@ def test_jsonl_task_is_accepted_by_path(tmp_path):
     data.write_text('{"prompt": "2+2?", "answer": "#### 4"}\n')
     cfg = load_trial(write(tmp_path, f"budget: 1000\ntask: {{name: '{data}', levels: [0]}}\nmodel: {{name: {tmp_path}}}\n"))
     assert cfg.task.name == str(data)
+
+
+def test_auto_engine_is_in_process_for_tiny_models_on_cpu_and_configured_engines_win():
+    easy = ROOT / "sweeps" / "trials" / "easy.yaml"
+    cfg = load_trial(easy, ["budget=1000"])
+    assert cfg.rollout.engine == "auto"
+    engine, why = engine_choice(cfg)
+    assert engine == "hf" and why.startswith("auto")
+    assert resources_of(cfg) == {"CPU": pytest.approx(1.0), "GPU": 0.0}  # no actor: two trials fit 2 cores
+    pinned = load_trial(easy, ["budget=1000", "rollout.engine=vllm"])
+    assert engine_choice(pinned) == ("vllm", "configured")
+    assert resources_of(pinned)["CPU"] == pytest.approx(1.9)
+    real = load_trial(easy, ["budget=1000", f"model.name={ROOT}"])  # an existing path stands for a real model
+    assert engine_choice(real)[0] == ("vllm" if vllm_available() else "hf")
+    with pytest.raises(ConfigError, match="rollout.engine"):
+        load_trial(easy, ["budget=1000", "rollout.engine=sglang"])

@@ -83,17 +83,13 @@ class ModelConfig(Section):
                          "an existing local path, or a hub name such as 'Qwen/Qwen2.5-0.5B'")
 
 
-def _default_engine() -> str:
-    """vLLM where it is installed, else the in-process Hugging Face engine."""
-    return "vllm" if vllm_available() else "hf"
-
-
 class RolloutConfig(Section):
     """How completions are sampled."""
 
-    engine: Literal["vllm", "hf"] = Field(default_factory=_default_engine)
-    """Rollout engine: ``vllm`` (Ray actors serving vLLM; the default where vLLM is installed) or
-    ``hf`` (an in-process Hugging Face model per trainer worker)."""
+    engine: Literal["auto", "vllm", "hf"] = "auto"
+    """Rollout engine: ``vllm`` (Ray actors serving vLLM), ``hf`` (an in-process Hugging Face model
+    per trainer worker) or ``auto`` (the default: what measures fastest for the model and hardware,
+    see :func:`rollout_engine`; the trial log says which and why)."""
     precision: Literal["bf16", "fp8"] = "bf16"
     """Rollout weights: ``bf16``, or ``fp8`` (vLLM ``quantization="fp8"`` on GPU; on CPU every linear
     weight is rounded through float8_e4m3fn with a per-output-channel scale, activations stay bf16)."""
@@ -121,6 +117,11 @@ class AlgorithmConfig(Section):
     """k3 KL-to-reference weight; default by difficulty (easy 1e-3, hard 0)."""
     entropy_coef: float | None = Field(None, ge=0)
     """Entropy bonus weight; default by difficulty (easy 1e-3, hard 0)."""
+    kl_every: int = Field(10, gt=0)
+    """With a KL weight of 0 the reference model only measures ``train/kl`` (a health signal, not
+    part of the loss), so its forward runs every ``kl_every`` steps and on the step before each
+    evaluation, instead of every step (1: every step). With a non-zero KL weight it runs every
+    step: the loss needs it."""
     scale_adv_by_std: bool = True
     """Divide group-centred rewards by the group's std (GRPO) or not (Dr. GRPO style)."""
     grad_clip: float = Field(1.0, gt=0)
@@ -237,6 +238,33 @@ def learning_rate(cfg: TrialConfig) -> float:
     return cfg.algorithm.lr_ref * math.sqrt(cfg.Bp * cfg.n / cfg.algorithm.batch_ref)
 
 
+def engine_choice(cfg: TrialConfig) -> tuple[str, str]:
+    """The rollout engine a trial uses and why: the configured one, or for ``auto``:
+
+    - a GPU profile: vLLM (where it is installed);
+    - a CPU profile and a tiny model: the in-process engine. Measured by ``make bench`` on a 2-core
+      machine: a trial step with it is faster than with a vLLM actor (the actor's scheduling and
+      weight sync cost more than sampling a 1M-parameter model), it starts in under a second
+      instead of ~13 s, and a trial without an actor asks for 1 CPU instead of 1.9, so two trials
+      run side by side;
+    - a CPU profile and any other model: vLLM where installed (its kernels win on real models).
+    """
+    if cfg.rollout.engine != "auto":
+        return cfg.rollout.engine, "configured"
+    if not vllm_available():
+        return "hf", "auto: vLLM is not installed"
+    if get_profile(cfg.profile).accelerator == "gpu":
+        return "vllm", "auto: GPU profile"
+    if cfg.model.name in SIZES:
+        return "hf", "auto: a tiny model on CPU steps faster in process than with a vLLM actor (make bench)"
+    return "vllm", "auto: a real model on CPU"
+
+
+def rollout_engine(cfg: TrialConfig) -> str:
+    """``vllm`` or ``hf``: the engine a trial uses (:func:`engine_choice`)."""
+    return engine_choice(cfg)[0]
+
+
 def kl_coef(cfg: TrialConfig) -> float:
     """KL weight: the configured one, else on for easy sets and off for hard ones."""
     explicit = cfg.algorithm.kl_coef
@@ -251,7 +279,7 @@ def entropy_coef(cfg: TrialConfig) -> float:
 
 def resources_of(cfg: TrialConfig) -> dict[str, float]:
     """One trial's Ray resources in total: driver + trainer + its vLLM actors (none with hf)."""
-    actors = cfg.rollout.actors if cfg.rollout.engine == "vllm" else 0
+    actors = cfg.rollout.actors if rollout_engine(cfg) == "vllm" else 0
     return trial_resources(get_profile(cfg.profile), cfg.trainer.num_workers, actors)
 
 

@@ -19,9 +19,9 @@ A file ``STOP`` in ``out`` ends the trial before its next step (an HPO study sto
 trial answers with ``STOPPED``. :mod:`isosweep.trial.files` owns the layout of ``out``.
 
 Departures from the textbook loop: one optimizer step per batch, so the PPO ratio is 1 at the
-step and the clip only matters when a correction reweights tokens; the KL to the reference and
-the entropy are measured every step even when their coefficients are 0, because they are the
-health signals of a run.
+step and the clip only matters when a correction reweights tokens; the entropy is measured every
+step and the KL to the reference every ``algorithm.kl_every`` steps even when their coefficients
+are 0, because they are the health signals of a run (with a non-zero KL weight, every step).
 """
 
 from __future__ import annotations
@@ -53,10 +53,12 @@ from isosweep.spec.profiles import get_profile, vllm_engine_args
 from isosweep.spec.trial import (
     DIFFICULTY_BANDS,
     TrialConfig,
+    engine_choice,
     entropy_coef,
     eval_steps,
     kl_coef,
     learning_rate,
+    rollout_engine,
     steps,
 )
 from isosweep.spec.yamlio import ConfigError
@@ -145,7 +147,7 @@ def make_engine(cfg: TrialConfig, model_path: str, tokenizer, rank: int, run_id:
     vLLM actors that rank 0 starts and every rank shares (rank 0 alone publishes weights);
     outside Ray, one in-process vLLM engine.
     """
-    if cfg.rollout.engine == "hf":
+    if rollout_engine(cfg) == "hf":
         model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
         model.to("cuda" if torch.cuda.is_available() else "cpu")
         return HFEngine(model, tokenizer, cfg.rollout.max_new_tokens, cfg.rollout.temperature,
@@ -178,16 +180,28 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
     """
     trial = TrialDir(out)
     gpu = torch.cuda.is_available()
+    clock = [time.perf_counter()]
+    startup: dict[str, float] = {}  # where this launch's fixed cost went, in its first eval record
+
+    def lap(name: str) -> None:
+        clock.append(time.perf_counter())
+        startup[f"time/start_{name}_s"] = clock[-1] - clock[-2]
+
     rank, world = init_distributed("nccl" if gpu else "gloo")
     torch.manual_seed(cfg.seed)
+    lap("distributed")
     model_path = resolve_model(cfg.model.name, cfg.task.name, cfg.model.warmup_seed)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     policy = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     reference = copy.deepcopy(policy).eval().requires_grad_(False)
+    lap("model")
     engine, shared_engine = make_engine(cfg, model_path, tokenizer, rank, run_id)
+    lap("engine")
     sets = problem_sets(cfg, model_path, engine)
     task = get_task(cfg.task.name)
+    lap("problems")
     learner = make_learner(policy, cfg, gpu)
+    lap("learner")
     device = learner.device
     reference.to(device)
     total_steps, per_step = steps(cfg), cfg.Bp * cfg.n
@@ -203,12 +217,14 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
         engine.update_weights(gathered_state_dict(learner), version=step)
     if world > 1:
         dist.barrier()
+    lap("resume")
     best = max((r[f"eval/mean@{cfg.eval.k}"] for r in records), default=-1.0)
     if rank == 0:
+        engine_name, why = engine_choice(cfg)
         log(f"[trial] {cfg.task.name}/{cfg.task.difficulty} {cfg.model.name}: {len(sets.train)} train / "
             f"{len(sets.eval)} eval problems, Bp={cfg.Bp} n={cfg.n} M={total_steps} lr={learning_rate(cfg):.2e} "
-            f"rollouts={cfg.rollout.engine}/{cfg.rollout.precision} correction={cfg.algorithm.correction} "
-            f"workers={world}" + (f", resuming at step {step}" if step else ""))
+            f"rollouts={engine_name}/{cfg.rollout.precision} ({why}) correction={cfg.algorithm.correction} "
+            f"workers={world} threads={torch.get_num_threads()}" + (f", resuming at step {step}" if step else ""))
 
     window: list[dict[str, float]] = []
     started = time.perf_counter() - wall
@@ -222,6 +238,8 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
                           **evaluate(engine, sets.eval, cfg), **_average(window, step)}
                 record["time/eval_s"] = time.perf_counter() - t_eval
                 record["system/wall_s"] = time.perf_counter() - started
+                record.update(startup)
+                startup = {}
             record = _broadcast(record, world)
             if record is not None:
                 is_best = record[f"eval/mean@{cfg.eval.k}"] > best
@@ -246,6 +264,7 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
             return records
 
         # 1. sample n completions for each of this worker's Bp / world problems
+        t_step = time.perf_counter()
         problems = batch_problems(sets.train, cfg.Bp, step, cfg.seed)[rank::world]
         t0 = time.perf_counter()
         rollouts = engine.generate([p.prompt for p in problems], cfg.n, seed=(cfg.seed * 1_000_003 + step) * 64 + rank)
@@ -263,9 +282,11 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
         learner.train()
         logits = learner(input_ids=batch["ids"], attention_mask=batch["attention"]).logits[:, :-1].float()
         logp = token_logprobs(logits, batch["ids"][:, 1:], cfg.rollout.temperature)
-        with torch.no_grad():
-            ref_logits = reference(input_ids=batch["ids"], attention_mask=batch["attention"]).logits[:, :-1].float()
-            ref_logp = token_logprobs(ref_logits, batch["ids"][:, 1:], cfg.rollout.temperature)
+        ref_logp = None  # the reference's forward: for the loss when the KL weight is non-zero, else a health sample
+        if kl_weight > 0 or step % cfg.algorithm.kl_every == 0 or step + 1 in evals:  # every eval record has one
+            with torch.no_grad():
+                ref_logits = reference(input_ids=batch["ids"], attention_mask=batch["attention"]).logits[:, :-1]
+                ref_logp = token_logprobs(ref_logits.float(), batch["ids"][:, 1:], cfg.rollout.temperature)
         old_logp = logp.detach()
         mismatch = mismatch_metrics(old_logp, batch["rollout_logp"], mask)
         alpha, ais_stats = ais_alpha(old_logp, batch["rollout_logp"], advantages, mask, cfg.algorithm.is_cap,
@@ -295,7 +316,7 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
 
         stats = _all_mean({
             "train/reward": float(rewards.mean()),
-            "train/kl": float(k3_kl(old_logp, ref_logp, mask)),
+            **({"train/kl": float(k3_kl(old_logp, ref_logp, mask))} if ref_logp is not None else {}),
             "train/entropy": float(entropy.detach()),
             "train/loss": float(loss.detach()),
             "train/frac_zero_std": float(adv_stats["frac_zero_std"]),
@@ -307,7 +328,7 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
         }, world)
         stats.update({"train/grad_norm": float(grad_norm or 0.0), "rollout/policy_version": rollouts.policy_version,
                       "time/generate_s": t1 - t0, "time/reward_s": t2 - t1, "time/logprob_s": t3 - t2,
-                      "time/train_s": t4 - t3, "time/sync_s": t5 - t4})
+                      "time/train_s": t4 - t3, "time/sync_s": t5 - t4, "time/step_s": time.perf_counter() - t_step})
         tokens += int(round(stats["rollout/tokens"] * world))
         window.append(stats)
         if rank == 0:
@@ -315,11 +336,15 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
 
 
 def _average(window: list[dict[str, float]], step: int) -> dict[str, float | None]:
-    """Mean of each training statistic over the steps since the last evaluation (null before any step)."""
+    """Mean of each training statistic over the steps since the last evaluation (null before any step).
+
+    A statistic measured on some steps only (``train/kl`` with a zero KL weight) is the mean over those.
+    """
     keys = ("train/reward", "train/kl", "train/entropy")
     if not window:
         return {key: None for key in keys} if step == 0 else {}
-    return {key: sum(row[key] for row in window) / len(window) for key in window[0]}
+    measured = {key: [row[key] for row in window if key in row] for row in window for key in row}
+    return {key: sum(values) / len(values) for key, values in measured.items()}
 
 
 def _all_mean(stats: dict[str, float], world: int) -> dict[str, float]:
