@@ -2,7 +2,8 @@
 
 Four arms on the same base model, seed and budget -- ``bf16`` (rollouts from bf16 weights, no
 correction), ``fp8+none``, ``fp8+tis`` and ``fp8+ais`` -- on the easy and the hard set. Each arm
-is one ordinary trial (Ray Train job, default rollout engine). The study writes, under its
+is one ordinary trial (Ray Train job) with vLLM rollouts where vLLM is installed: the mismatch under
+study is a serving engine's, so ``auto`` (the in-process engine for tiny models on CPU) is not used. The study writes, under its
 output directory: ``table.csv`` / ``table.md`` (final and best eval mean@k, mean mismatch,
 mean alpha early and late), ``alpha.csv`` (alpha per step of every arm) and ``ais_study.png``.
 
@@ -18,6 +19,7 @@ import csv
 from collections.abc import Callable
 from pathlib import Path
 
+from isosweep.rollout import vllm_available
 from isosweep.spec.trial import load_trial
 from isosweep.trial.files import TrialDir
 from isosweep.trial.job import ray_init, run_trial
@@ -29,6 +31,7 @@ ARMS: dict[str, list[str]] = {
     "fp8+ais": ["rollout.precision=fp8", "algorithm.correction=ais"],
 }
 SETS = ("easy", "hard")
+ENGINE = "vllm" if vllm_available() else "hf"
 
 
 def summarize_arm(records: list[dict], steps: list[dict], k: int) -> dict[str, float]:
@@ -56,7 +59,8 @@ def run_study(out: str | Path, budget: int, trials_dir: Path = Path("sweeps/tria
     ray_init(address)  # one Ray for every arm
     for difficulty in SETS:
         for arm, overrides in ARMS.items():
-            cfg = load_trial(trials_dir / f"{difficulty}.yaml", [f"budget={budget}", *overrides, *(extra or [])])
+            cfg = load_trial(trials_dir / f"{difficulty}.yaml",
+                             [f"budget={budget}", f"rollout.engine={ENGINE}", *overrides, *(extra or [])])
             run_dir = out / "runs" / f"{difficulty}-{arm.replace('+', '-')}"
             log(f"[ais-study] {difficulty} / {arm}")
             records = run_trial(cfg, run_dir, address=address, log=log)

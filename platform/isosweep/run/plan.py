@@ -17,7 +17,7 @@ from pathlib import Path
 
 from isosweep.spec.grid import Sweep
 from isosweep.spec.profiles import get_profile
-from isosweep.spec.trial import eval_steps, learning_rate, resources_of, steps
+from isosweep.spec.trial import eval_steps, learning_rate, resources_of, rollout_engine, steps
 from isosweep.spec.yamlio import ConfigError, read_yaml
 
 FLOPS_PER_PARAM_TOKEN = 12
@@ -92,7 +92,7 @@ def plan(sweep: Sweep, cluster: str | Path | None = None) -> str:
         hours_known &= hours is not None
         total_hours += hours or 0.0
         lines.append(f"{point.key:<14} {cfg.n:>4} {cfg.Bp:>5} {steps(cfg):>7} {learning_rate(cfg):>9.2e} "
-                     f"{len(eval_steps(cfg)):>5}  {cfg.model.name[:20]:<20} {cfg.rollout.engine:<6} {cfg.profile:<14} "
+                     f"{len(eval_steps(cfg)):>5}  {cfg.model.name[:20]:<20} {rollout_engine(cfg):<6} {cfg.profile:<14} "
                      f"{need['CPU']:>6g} {need['GPU']:>4g} {'-' if hours is None else f'{hours:,.1f}':>8}")
     rollouts = sum(steps(p.cfg) * p.cfg.Bp * p.cfg.n for p in sweep.trials)
     lines.append(f"{len(sweep.trials)} trials, {rollouts:,} rollouts in all")
