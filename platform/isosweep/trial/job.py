@@ -18,8 +18,10 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
+
 from isosweep.spec.profiles import get_profile, placement_bundles
-from isosweep.spec.trial import TrialConfig
+from isosweep.spec.trial import TrialConfig, resources_of
 from isosweep.track.null import NullTracker
 from isosweep.trial.files import TrialDir
 from isosweep.trial.loop import train_loop
@@ -57,6 +59,8 @@ def _worker(config: dict) -> None:
     import ray.train
 
     cfg = TrialConfig.model_validate(config["cfg"])
+    if config.get("threads"):
+        torch.set_num_threads(config["threads"])
     trial = TrialDir(config["out"])
     rank = ray.train.get_context().get_world_rank()
     logger = config["tracker"].trial_logger(trial, cfg.eval.k) if rank == 0 else None
@@ -75,12 +79,14 @@ def _worker(config: dict) -> None:
 
 
 def make_torch_trainer(cfg: TrialConfig, out: Path, tracker=None, callbacks: list | None = None,
-                       name: str = "trial"):
+                       name: str = "trial", threads: int | None = None):
     """The ``TorchTrainer`` of one trial: ``trainer.num_workers`` workers sharing the profile's
     trainer resources, each running :func:`_worker`. ``tracker`` (an
     :class:`isosweep.track.runs.MlflowTracker` in a sweep; default the null tracker) receives rank
     0's records, and with one the trial logs to its ``trial.log``; ``callbacks`` are Ray Train
-    callbacks (a sweep passes Tune's)."""
+    callbacks (a sweep passes Tune's). ``threads``: torch threads per worker (default: what Ray
+    gives a worker of its CPU share, one thread on the tiny profile, so packed trials do not
+    oversubscribe the cores)."""
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
@@ -90,7 +96,8 @@ def make_torch_trainer(cfg: TrialConfig, out: Path, tracker=None, callbacks: lis
     return TorchTrainer(
         _worker,
         train_loop_config={"cfg": cfg.model_dump(mode="json"), "out": str(out), "run_id": run_id,
-                           "tracker": tracker or NullTracker(), "log_to_file": tracker is not None},
+                           "tracker": tracker or NullTracker(), "log_to_file": tracker is not None,
+                           "threads": threads},
         scaling_config=ScalingConfig(
             num_workers=workers,
             use_gpu=profile.accelerator == "gpu",
@@ -103,14 +110,31 @@ def make_torch_trainer(cfg: TrialConfig, out: Path, tracker=None, callbacks: lis
     )
 
 
+def lone_trial_threads(cfg: TrialConfig) -> int | None:
+    """Torch threads per trainer worker of a trial that has the Ray cluster to itself (None on GPU)."""
+    import ray
+
+    profile = get_profile(cfg.profile)
+    if profile.accelerator == "gpu":
+        return None
+    actors = resources_of(cfg)["CPU"] - profile.driver.CPU - profile.trainer.CPU  # the rollout actors' share
+    free = ray.cluster_resources().get("CPU", 1.0) - actors
+    return max(1, int(free // cfg.trainer.num_workers))
+
+
 def run_trial(cfg: TrialConfig, out: str | Path, address: str | None = None,
               log: Callable[[str], None] = print) -> list[dict]:
-    """Run (or resume) one trial on Ray; returns its eval records."""
+    """Run (or resume) one trial on Ray; returns its eval records.
+
+    A trial run alone has the cluster to itself, so on CPU its trainer workers share the CPUs its
+    rollout actors leave (two threads for the in-process engine on 2 cores) instead of the one
+    thread a packed sweep trial gets.
+    """
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     started = ray_init(address)
     try:
-        make_torch_trainer(cfg, out).fit()
+        make_torch_trainer(cfg, out, threads=lone_trial_threads(cfg)).fit()
     finally:
         if started:
             import ray
