@@ -11,7 +11,7 @@ from isosweep.spec.profiles import get_profile, load_profiles, trial_resources
 from isosweep.spec.trial import load_trial
 from isosweep.spec.yamlio import ConfigError
 from isosweep.trial.files import TrialDir
-from isosweep.trial.job import run_trial
+from isosweep.trial.job import lone_trial_threads, run_trial
 from isosweep.trial.loop import train_loop
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,6 +28,13 @@ def test_profiles_load_and_fit_their_node():
         assert need["CPU"] <= nodes * profile.node.CPU and need["GPU"] <= nodes * profile.node.GPU, name
     with pytest.raises(ConfigError, match="unknown hardware profile 'h100-galaxy'"):
         get_profile("h100-galaxy")
+
+
+def test_a_lone_trial_takes_the_cpus_its_rollout_actors_leave():
+    assert lone_trial_threads(load_trial(EASY, SHORT), 2) == 2  # in-process engine: both cores
+    assert lone_trial_threads(load_trial(EASY, SHORT[:-1] + ["rollout.engine=vllm"]), 2) == 1  # an actor has 0.9
+    assert lone_trial_threads(load_trial(EASY, SHORT + ["trainer.num_workers=2"]), 2) == 1
+    assert lone_trial_threads(load_trial(EASY, SHORT), 1) == 1
 
 
 def test_unknown_profile_is_rejected_at_load(tmp_path):

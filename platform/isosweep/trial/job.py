@@ -110,16 +110,14 @@ def make_torch_trainer(cfg: TrialConfig, out: Path, tracker=None, callbacks: lis
     )
 
 
-def lone_trial_threads(cfg: TrialConfig) -> int | None:
-    """Torch threads per trainer worker of a trial that has the Ray cluster to itself (None on GPU)."""
-    import ray
-
+def lone_trial_threads(cfg: TrialConfig, cluster_cpus: float) -> int | None:
+    """Torch threads per trainer worker of a trial that has a cluster of ``cluster_cpus`` to itself
+    (None on GPU profiles: the GPU does the work)."""
     profile = get_profile(cfg.profile)
     if profile.accelerator == "gpu":
         return None
     actors = resources_of(cfg)["CPU"] - profile.driver.CPU - profile.trainer.CPU  # the rollout actors' share
-    free = ray.cluster_resources().get("CPU", 1.0) - actors
-    return max(1, int(free // cfg.trainer.num_workers))
+    return max(1, int((cluster_cpus - actors + 1e-9) // cfg.trainer.num_workers))
 
 
 def run_trial(cfg: TrialConfig, out: str | Path, address: str | None = None,
@@ -134,7 +132,10 @@ def run_trial(cfg: TrialConfig, out: str | Path, address: str | None = None,
     out.mkdir(parents=True, exist_ok=True)
     started = ray_init(address)
     try:
-        make_torch_trainer(cfg, out, threads=lone_trial_threads(cfg)).fit()
+        import ray
+
+        threads = lone_trial_threads(cfg, ray.cluster_resources().get("CPU", 1.0))
+        make_torch_trainer(cfg, out, threads=threads).fit()
     finally:
         if started:
             import ray
