@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from isosweep.rollout import vllm_available
 from isosweep.rollout.hf import HFEngine
 from isosweep.spec.trial import load_trial
 from isosweep.tasks import Problem
@@ -56,7 +57,8 @@ def test_short_trial_writes_metrics_and_checkpoints(base_model, tmp_path):
 
 
 def _trial_command(out: Path, extra: list[str]) -> list[str]:
-    sets = [arg for kv in SHORT[:3] + extra for arg in ("--set", kv)]  # default engine: vLLM where installed
+    engine = "rollout.engine=vllm" if vllm_available() else "rollout.engine=hf"  # resume re-publishes to the actor
+    sets = [arg for kv in SHORT[:3] + [engine] + extra for arg in ("--set", kv)]
     return [sys.executable, "-m", "isosweep.cli", "trial", str(EASY), *sets, "--out", str(out)]
 
 
