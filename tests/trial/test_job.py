@@ -87,7 +87,10 @@ def test_two_data_parallel_workers_match_one_in_expectation(base_model, tmp_path
     assert len(s1) == len(s2) == 16
     kl1 = sum(s["train/kl"] for s in s1) / 16
     kl2 = sum(s["train/kl"] for s in s2) / 16
-    assert 0.25 < kl2 / kl1 < 4, (kl1, kl2)  # the policy moves by the same order of magnitude
+    # the policy moves by the same order of magnitude. Over trial seeds 0-9 (2026-12-01) kl2 / kl1 was
+    # 0.60-3.57 (log-ratio mean 0.20, sd 0.56); the old bounds 0.25-4 sat 2.1 sd from that mean, so a
+    # machine whose float rounding reshuffles the samples failed about 1 run in 50. An order of magnitude is 3.7 sd.
+    assert 0.1 < kl2 / kl1 < 10, (kl1, kl2)
     assert all(s["rollout/policy_version"] == s["step"] - 1 for s in s2)
 
 
@@ -109,7 +112,8 @@ def test_corrections_run_and_log_their_diagnostics_every_step(base_model, tmp_pa
 @pytest.mark.parametrize(
     ("engine", "factor"),
     [
-        # measured 2026-11-29 (delta 0.02): HF engine alpha 0.15 (bf16) vs 0.61 (fp8)
+        # HF engine (delta 0.02): fp8/bf16 ratio of mean alpha 3.7-7.2 over trial seeds 0-9 (2026-12-01;
+        # alpha 0.09-0.16 for bf16 vs 0.53-0.71 for fp8)
         ("hf", 2.5),
         # measured 2026-11-29 in `make ais-study` (vLLM on CPU, bf16 activations): 0.32 vs 0.65
         pytest.param("vllm", 1.5, marks=pytest.mark.vllm),

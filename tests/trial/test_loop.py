@@ -46,7 +46,7 @@ def test_short_trial_writes_metrics_and_checkpoints(base_model, tmp_path):
         assert 0 <= r["eval/worst@4"] <= r["eval/mean@4"] <= r["eval/best@4"] <= 1
     assert records[-1]["train/kl"] >= 0 and records[-1]["tokens"] > 0
     # the HF engine serves bf16-rounded weights: a small, non-zero mismatch with the fp32 trainer
-    # (measured 0.0030 per token on 2026-11-29)
+    # (0.0016-0.0035 per token in the 20 eval windows of trial seeds 0-9, 2026-12-01)
     assert 0 < records[-1]["mismatch/logp_abs_diff_mean"] < 0.01
     checkpoints = sorted(p.name for p in (tmp_path / CHECKPOINTS).iterdir())
     assert "step-000008" in checkpoints and not any(name.startswith(".tmp") for name in checkpoints)
