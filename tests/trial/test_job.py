@@ -115,7 +115,8 @@ def test_corrections_run_and_log_their_diagnostics_every_step(base_model, tmp_pa
         # HF engine (delta 0.02): fp8/bf16 ratio of mean alpha 3.7-7.2 over trial seeds 0-9 (2026-12-01;
         # alpha 0.09-0.16 for bf16 vs 0.53-0.71 for fp8)
         ("hf", 2.5),
-        # measured 2026-11-29 in `make ais-study` (vLLM on CPU, bf16 activations): 0.32 vs 0.65
+        # vLLM on CPU (bf16 activations): ratio 2.07-2.85 over trial seeds 0-9 (2026-12-01; alpha
+        # 0.24-0.32 for bf16 vs 0.61-0.76 for fp8)
         pytest.param("vllm", 1.5, marks=pytest.mark.vllm),
     ],
 )
