@@ -343,7 +343,8 @@ def _average(window: list[dict[str, float]], step: int) -> dict[str, float | Non
     keys = ("train/reward", "train/kl", "train/entropy")
     if not window:
         return {key: None for key in keys} if step == 0 else {}
-    measured = {key: [row[key] for row in window if key in row] for row in window for key in row}
+    keys_seen = dict.fromkeys(key for row in window for key in row)  # in order, each once
+    measured = {key: [row[key] for row in window if key in row] for key in keys_seen}
     return {key: sum(values) / len(values) for key, values in measured.items()}
 
 
