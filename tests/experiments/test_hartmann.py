@@ -79,10 +79,10 @@ def test_random_study_trace():
 def test_jfhpo_save_restore_reproduces_next_suggestion(tmp_path):
     searcher = make_searchers(5, 100.0, n_init=6)["jfhpo"]
     run_study(searcher, TwoFidelityHartmann(), max_trials=9)
-    searcher.save(str(tmp_path / "state.pkl"))
+    searcher.save(str(tmp_path / "state.json"))
     expected = searcher.suggest("next")
     fresh = make_searchers(123, 1.0, n_init=6)["jfhpo"]
-    fresh.restore(str(tmp_path / "state.pkl"))
+    fresh.restore(str(tmp_path / "state.json"))
     assert fresh.suggest("next") == expected
 
 

@@ -190,7 +190,7 @@ def test_save_restore_reproduces_next_suggestion(tmp_path):
     s = searcher()
     run(s, 6)
     s.suggest("pending")  # a live trial is part of the state too
-    path = tmp_path / "searcher.pkl"
+    path = tmp_path / "searcher.json"
     s.save(str(path))
     expected = s.suggest("next")
     # a fresh searcher with a different seed: everything that matters comes from the checkpoint

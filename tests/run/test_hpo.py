@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import pickle
 import signal
 import subprocess
 import time
@@ -180,7 +179,7 @@ def test_the_study_state_saves_and_restores(mlflow_server, tmp_path):
         fake_run(point, objective(first.ledger.trials[point["key"]].params, first.ledger.trials[point["key"]].size))
         first.on_trial_complete(f"a-{i}", {"time_total_s": 7.0})
     running = first.suggest("a-4")["trial"]  # interrupted while this one runs
-    state = pickle.loads((tmp_path / STATE_FILE).read_bytes())
+    state = json.loads((tmp_path / STATE_FILE).read_text())
 
     again = StudySearch(study, make_searcher(study), tmp_path, uri, parent, log=lambda line: None)
     again.load_state(state)
@@ -256,7 +255,7 @@ def test_make_sweep_runs_an_hpo_study_and_resumes_it(tiny_family, mlflow_server,
     def finished_trials() -> int:
         if not state.exists():
             return 0
-        return sum(t["status"] != "running" for t in pickle.loads(state.read_bytes())["trials"])
+        return sum(t["status"] != "running" for t in json.loads(state.read_text())["trials"])
 
     log = open(tmp_path / "driver.log", "w")
     proc = subprocess.Popen(command, cwd=ROOT, env=env_for(mlflow_env), stdout=log, stderr=subprocess.STDOUT)
@@ -268,7 +267,7 @@ def test_make_sweep_runs_an_hpo_study_and_resumes_it(tiny_family, mlflow_server,
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    saved = pickle.loads(state.read_bytes())
+    saved = json.loads(state.read_text())
     assert not saved["finished"] and len(saved["inner"]["observations"]) >= 2
     time.sleep(3)
 

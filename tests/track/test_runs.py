@@ -107,7 +107,7 @@ def test_record_breaking_checkpoints_are_logged_and_tagged(run, tmp_path):
         folder.mkdir(parents=True)
         (folder / "model.safetensors").write_bytes(b"weights-%d" % r["step"])
         (folder / "config.json").write_text("{}")
-        (folder / "trainer_state.pt").write_bytes(b"not logged")
+        (folder / "trainer_state.json").write_text("{}")  # not logged
     logger = runs.TrialLogger(uri, child, TrialDir(out), k=4)
     for r in records:
         logger.log(r)

@@ -32,10 +32,11 @@ state is saved with the observations, so a restored searcher makes the same next
 from __future__ import annotations
 
 import abc
+import json
 import math
-import pickle
+import os
 import warnings
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -52,7 +53,7 @@ from ray.tune.search import Searcher
 from scipy.optimize import nnls
 from torch.quasirandom import SobolEngine
 
-from isosweep.hpo.space import SearchSpace
+from isosweep.hpo.space import Param, SearchSpace
 
 CostFn = Callable[[Mapping[str, Any], Mapping[str, Any]], float]
 
@@ -265,32 +266,112 @@ class BaseSearcher(Searcher, abc.ABC):
               "_mode")
 
     def get_state(self) -> dict:
-        state = {name: getattr(self, name) for name in self._STATE}
+        """The searcher's state as JSON-able data: observations, live trials, spend, RNG state, the space."""
+        state = {name: _to_json(getattr(self, name)) for name in self._STATE}
+        state["observations"] = [asdict(o) for o in self.observations]
+        state["_live"] = {trial_id: {**live, "x": list(live["x"]), "last": _scalars(live["last"])}
+                          for trial_id, live in self._live.items()}
         state["rng"] = self._rng.bit_generator.state
-        state["space"] = self.space
+        state["space"] = space_state(self.space)
         return state
 
     def set_state(self, state: dict) -> None:
         state = dict(state)
         self._rng = np.random.default_rng()
         self._rng.bit_generator.state = state.pop("rng")
-        self.space = state.pop("space")
+        self.space = space_from_state(state.pop("space"))
+        self.observations = [Observation(**{**o, "x": tuple(o["x"])}) for o in state.pop("observations")]
+        self._live = {trial_id: {**live, "x": tuple(live["x"])} for trial_id, live in state.pop("_live").items()}
         for name, value in state.items():
-            setattr(self, name, value)
+            setattr(self, name, _from_json(value))
+        self.cost_prior = tuple(self.cost_prior)
         self._invalidate()
 
     def _invalidate(self) -> None:
         return None
 
     def save(self, checkpoint_path: str) -> None:
-        """Pickle observations, live trials, spent budget and RNG state (not the fitted GP: it is
-        refitted deterministically from the observations)."""
-        with open(checkpoint_path, "wb") as f:
-            pickle.dump(self.get_state(), f)
+        """Write observations, live trials, spent budget and RNG state as JSON, in one rename (not the
+        fitted GP: it is refitted deterministically from the observations)."""
+        write_json_state(checkpoint_path, self.get_state())
 
     def restore(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "rb") as f:
-            self.set_state(pickle.load(f))
+        self.set_state(read_json_state(checkpoint_path))
+
+
+# -- JSON state --------------------------------------------------------------------------------
+# Search state is written as JSON, never pickled: a state file read back cannot run code. Floats
+# round-trip exactly (Python writes the shortest repr that reads back to the same double); tensors
+# are stored as {"tensor": nested lists, "dtype": name}; tuples come back as lists and are
+# rebuilt where their type matters (observation and live-trial points, ``cost_prior``).
+
+def _to_json(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return {"tensor": value.tolist(), "dtype": str(value.dtype).removeprefix("torch.")}
+    if isinstance(value, dict):
+        return {k: _to_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_to_json(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _from_json(value: Any) -> Any:
+    if isinstance(value, dict):
+        if set(value) == {"tensor", "dtype"}:
+            return torch.tensor(value["tensor"], dtype=getattr(torch, value["dtype"]))
+        return {k: _from_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_from_json(v) for v in value]
+    return value
+
+
+def _scalars(result: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The numbers and strings of a Tune result (what the searchers read from it), JSON-able."""
+    if result is None:
+        return None
+    kept = {}
+    for key, value in result.items():
+        if isinstance(value, np.generic):
+            value = value.item()
+        if value is None or isinstance(value, (bool, int, float, str)):
+            kept[key] = value
+    return kept
+
+
+def space_state(space: SearchSpace) -> dict[str, Any]:
+    """``space`` as JSON-able data (what :func:`space_from_state` rebuilds)."""
+    return {"params": [asdict(p) for p in space.params], "sizes": dict(space.sizes), "budget_min": space.budget_min,
+            "budget_max": space.budget_max, "target": space.target, "budget_step": space.budget_step,
+            "min_budget": space.min_budget, "size_key": space.size_key, "budget_key": space.budget_key}
+
+
+def space_from_state(state: Mapping[str, Any]) -> SearchSpace:
+    return SearchSpace(params=tuple(Param(**p) for p in state["params"]),
+                       **{k: v for k, v in state.items() if k != "params"})
+
+
+def write_json_state(path: str | os.PathLike, state: Mapping[str, Any]) -> None:
+    """``state`` as JSON at ``path`` in one rename (a crash leaves the previous file whole)."""
+    path = os.fspath(path)
+    tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(state, f, allow_nan=True)
+    os.replace(tmp, path)
+
+
+def read_json_state(path: str | os.PathLike) -> dict[str, Any]:
+    """What :func:`write_json_state` wrote; a file that is not such JSON is an error naming it."""
+    try:
+        with open(path) as f:
+            state = json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{os.fspath(path)} is not a JSON search state ({e}); it may be damaged or come from an "
+                         f"older isosweep that pickled its state: move it away to start the search afresh") from None
+    if not isinstance(state, dict):
+        raise ValueError(f"{os.fspath(path)} is not a JSON search state (a {type(state).__name__}, not an object)")
+    return state
 
 
 class RandomSearcher(BaseSearcher):

@@ -108,6 +108,7 @@ def llm_kwargs(
     kwargs: dict[str, Any] = {
         "model": model_path,
         "dtype": "bfloat16",
+        "load_format": "safetensors",  # never a pickled pytorch_model.bin
         "seed": seed,
         "logprobs_mode": "processed_logprobs",
         "worker_extension_cls": f"{WeightSync.__module__}.{WeightSync.__qualname__}",
@@ -179,7 +180,7 @@ class VLLMEngine:
                                     getattr(config, "max_position_embeddings", None), engine_kwargs, weight_sync))
         self.policy_version = 0
         if precision == "fp8" and not self.gpu:
-            base = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16)
+            base = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16, use_safetensors=True)
             self.update_weights(base.state_dict(), version=0)
 
     def update_weights(self, state_dict: Mapping[str, Tensor], version: int) -> None:

@@ -22,7 +22,7 @@ hyperparameters lie that close to a finished trial's (same size, larger budget) 
 them and promoted: the GP barely distinguishes such points, and continuing is far cheaper.
 
 Resuming. The study's state (the searcher's observations and RNG, the ledger) is saved after
-every suggestion and every finished trial in ``search.pkl``; a re-run of the same command
+every suggestion and every finished trial in ``search.json``; a re-run of the same command
 restores it, re-issues the trials that were running (they resume from their checkpoints) and
 continues the search where it stopped.
 """
@@ -30,8 +30,6 @@ continues the search where it stopped.
 from __future__ import annotations
 
 import json
-import os
-import pickle
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,21 +37,14 @@ from typing import Any
 from ray.tune.search import Searcher
 
 from isosweep.hpo.ledger import StudyLedger, TrialEntry
-from isosweep.hpo.searcher import JFHPOSearcher, RandomSearcher, asha_scheduler
+from isosweep.hpo.searcher import JFHPOSearcher, RandomSearcher, asha_scheduler, read_json_state, write_json_state
 from isosweep.hpo.stopping import DynamicsStopper
 from isosweep.report.hpo import summary, table_text, write_summary
 from isosweep.run.core import Progress, TrialJob, duration, open_study, run_trials, say, trial_of
 from isosweep.spec.hpo import HPOStudy
 from isosweep.track import runs
 
-STATE_FILE = "search.pkl"
-
-
-def _write_state(path: Path, state: dict[str, Any]) -> None:
-    """The study's state to ``path`` in one rename (a crash leaves the previous state)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(pickle.dumps(state))
-    os.replace(tmp, path)
+STATE_FILE = "search.json"
 
 
 class StudySearch(Searcher):
@@ -90,7 +81,7 @@ class StudySearch(Searcher):
         return {"inner": self.inner.get_state(), **self.ledger.state()}
 
     def save_state(self) -> None:
-        _write_state(self.sweep_out / STATE_FILE, self.state())
+        write_json_state(self.sweep_out / STATE_FILE, self.state())
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.inner.set_state(state["inner"])
@@ -98,10 +89,10 @@ class StudySearch(Searcher):
         self.queue = [t.key for t in self.ledger.running]
 
     def save(self, checkpoint_path: str) -> None:  # Tune's experiment checkpoint
-        _write_state(Path(checkpoint_path), self.state())
+        write_json_state(checkpoint_path, self.state())
 
     def restore(self, checkpoint_path: str) -> None:
-        self.load_state(pickle.loads(Path(checkpoint_path).read_bytes()))
+        self.load_state(read_json_state(checkpoint_path))
 
     def set_search_properties(self, metric, mode, config, **spec) -> bool:
         return True
@@ -307,6 +298,10 @@ def run_hpo(study: HPOStudy, runs_root: str | Path = "runs/sweeps", dashboards: 
     stopper = make_stopper(study)
     search = StudySearch(study, make_searcher(study), sweep_out, uri, parent_id, reasons=stopper.reason, log=log)
     state_file = sweep_out / STATE_FILE
+    if not state_file.exists() and (sweep_out / "search.pkl").exists():
+        raise RuntimeError(f"{sweep_out / 'search.pkl'} holds this study's state in the pickle format of an older "
+                           f"isosweep, which is no longer read (a pickle can run code when loaded). Start the study "
+                           f"afresh: move {sweep_out} away, or give the study another sweep_id.")
     if state_file.exists():
         search.restore(str(state_file))
     ledger = search.ledger

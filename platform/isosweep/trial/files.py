@@ -3,7 +3,7 @@
     <trial>/metrics.jsonl            one eval record per line (``step``, ``rollouts``, ``eval/...``)
             steps.jsonl              per-step training statistics
             checkpoints/step-NNNNNN/ the latest and the best checkpoint: ``save_pretrained`` files,
-                                     ``deepspeed/`` (optimizer state) and ``trainer_state.pt``
+                                     ``deepspeed/`` (optimizer state) and ``trainer_state.json``
                                      (the eval record the checkpoint was taken at)
             checkpoints/best         the name of the best checkpoint
             STOP                     written by whoever stops the trial early (an HPO study)
@@ -25,12 +25,10 @@ import shutil
 import time
 from pathlib import Path
 
-import torch
-
 METRICS_FILE = "metrics.jsonl"
 STEPS_FILE = "steps.jsonl"
 CHECKPOINTS = "checkpoints"
-STATE_FILE = "trainer_state.pt"
+STATE_FILE = "trainer_state.json"
 STOP_FILE = "STOP"
 """Written into a trial's directory by whoever decides to stop it early (an HPO study's stopper or
 scheduler): the loop ends before its next step, and its Ray Train job with it."""
@@ -135,12 +133,17 @@ class TrialDir:
 
     @staticmethod
     def write_checkpoint_state(folder: Path, record: dict, is_best: bool) -> None:
-        torch.save({"record": record, "best": is_best}, folder / STATE_FILE)
+        (folder / STATE_FILE).write_text(json.dumps({"record": record, "best": is_best}))
 
     @staticmethod
     def checkpoint_record(folder: Path) -> dict:
         """The eval record a checkpoint was taken at."""
-        return torch.load(folder / STATE_FILE, weights_only=True)["record"]
+        path = folder / STATE_FILE
+        try:
+            return json.loads(path.read_text())["record"]
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+            raise ValueError(f"{path} is not a checkpoint state written by isosweep ({type(e).__name__}: {e}); "
+                             f"the checkpoint is damaged: remove {folder} to resume from the one before it") from None
 
     def commit_checkpoint(self, step: int, is_best: bool) -> Path:
         """Rename the finished temporary checkpoint of ``step`` into place; keep only the latest and the best."""

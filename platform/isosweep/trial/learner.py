@@ -96,8 +96,26 @@ def save_state(engine, directory: Path) -> None:
     engine.save_checkpoint(str(directory), tag="state", save_latest=False)
 
 
+def _deepspeed_globals() -> list:
+    """The only non-tensor classes in DeepSpeed's ZeRO checkpoints (found with
+    ``torch.serialization.get_unsafe_globals_in_checkpoint`` on ZeRO-1 and ZeRO-2 states): plain data."""
+    from deepspeed.runtime.fp16.loss_scaler import LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+
+    return [LossScaler, ZeroStageEnum, fragment_address]
+
+
+def load_weights_only(path: str, map_location=None):
+    """``torch.load`` of a DeepSpeed state file that runs no code from it: ``weights_only=True`` with
+    DeepSpeed's data classes allowed. DeepSpeed's own loader unpickles with ``weights_only=False``."""
+    with torch.serialization.safe_globals(_deepspeed_globals()):
+        return torch.load(path, map_location=map_location, weights_only=True)
+
+
 def load_state(engine, directory: Path) -> None:
-    """Restore what ``save_state`` wrote, weights and optimizer state included."""
+    """Restore what ``save_state`` wrote, weights and optimizer state included (loaded weights-only)."""
+    engine.checkpoint_engine.load = load_weights_only
     path, _ = engine.load_checkpoint(str(directory), tag="state", load_optimizer_states=True,
                                      load_lr_scheduler_states=False)
     if path is None:

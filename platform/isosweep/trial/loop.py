@@ -12,7 +12,7 @@ Outputs in ``out``:
   statistics averaged over the steps since the previous evaluation (``train/...``, null at
   rollouts 0), and ``rollout/...``, ``mismatch/...`` and ``system/...`` figures;
 - ``checkpoints/step-NNNNNN/``: the latest and the best (record mean@k) checkpoints, each a
-  ``save_pretrained`` directory (safetensors) plus ``trainer_state.pt``; written to a
+  ``save_pretrained`` directory (safetensors) plus ``trainer_state.json``; written to a
   temporary name and renamed, so a crash never leaves a half-written checkpoint.
 
 A file ``STOP`` in ``out`` ends the trial before its next step (an HPO study stopping it early); the
@@ -140,6 +140,12 @@ def evaluate(engine: RolloutEngine, problems: list[Problem], cfg: TrialConfig) -
     return {f"eval/{key}": value for key, value in summarize(correct, cfg.eval.k).items()}
 
 
+def load_policy(model_path: str | Path) -> torch.nn.Module:
+    """The fp32 model at ``model_path`` (a folder or hub name), from safetensors only: a pickled
+    ``pytorch_model.bin`` could run code when loaded, so a model without safetensors weights is an error."""
+    return AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, use_safetensors=True)
+
+
 def make_engine(cfg: TrialConfig, model_path: str, tokenizer, rank: int, run_id: str) -> tuple[RolloutEngine, bool]:
     """The rollout engine of ``cfg.rollout.engine`` and whether it is shared by all trainer workers.
 
@@ -148,7 +154,7 @@ def make_engine(cfg: TrialConfig, model_path: str, tokenizer, rank: int, run_id:
     outside Ray, one in-process vLLM engine.
     """
     if rollout_engine(cfg) == "hf":
-        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+        model = load_policy(model_path)
         model.to("cuda" if torch.cuda.is_available() else "cpu")
         return HFEngine(model, tokenizer, cfg.rollout.max_new_tokens, cfg.rollout.temperature,
                         precision=cfg.rollout.precision), False
@@ -192,7 +198,7 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
     lap("distributed")
     model_path = resolve_model(cfg.model.name, cfg.task.name, cfg.model.warmup_seed)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    policy = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    policy = load_policy(model_path)
     reference = copy.deepcopy(policy).eval().requires_grad_(False)
     lap("model")
     engine, shared_engine = make_engine(cfg, model_path, tokenizer, rank, run_id)
