@@ -3,6 +3,7 @@
 #   make models                     build (or find cached) the tiny base models
 #   make trial TRIAL=sweeps/trials/easy.yaml OUT=runs/easy [SET="budget=20000 Bp=16 n=8"]
 #   make ais-study [BUDGET=20000]   bf16 vs fp8 rollouts, none/tis/ais corrections -> dashboards/ais-study
+#   make calibrate [BUDGET=20000]   the learning-rate pilot behind the default lr_ref -> dashboards/calibration
 #   make bench                      isosweep vs TRL vs a plain loop, engine throughput, a trial's time split
 #                                   -> bench/results.json
 #   make hpo-bench [PART=synthetic|real]  JF-HPO vs random / ASHA: Hartmann test function (seconds) and tiny-family
@@ -33,7 +34,7 @@ STUDY_BUDGET ?=
 RUNS ?= runs/sweeps
 DASHBOARDS ?= dashboards
 
-.PHONY: hpo-bench cluster-up cluster-down submit venv browser test models trial ais-study bench sweep frontier ui ui-stop clean
+.PHONY: hpo-bench cluster-up cluster-down submit venv browser test models trial ais-study calibrate bench sweep frontier ui ui-stop clean
 
 venv: $(STAMP)
 
@@ -64,6 +65,9 @@ trial: $(STAMP)
 
 ais-study: $(STAMP)
 	$(BIN)/isosweep ais-study --budget $(or $(BUDGET),20000) --out dashboards/ais-study
+
+calibrate: $(STAMP)
+	$(BIN)/isosweep calibrate --budget $(or $(BUDGET),20000) --out dashboards/calibration
 
 bench: $(STAMP)
 	$(BIN)/isosweep bench --out bench/results.json

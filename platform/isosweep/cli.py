@@ -3,6 +3,7 @@
     isosweep trial sweeps/trials/easy.yaml --set budget=20000 --set Bp=16 --set n=8 --out runs/easy [--address auto]
     isosweep models build [--sizes tiny-1m ...] [--task arithmetic] [--seed 0]
     isosweep ais-study [--budget 20000] [--out dashboards/ais-study]
+    isosweep calibrate [--budget 20000] [--out dashboards/calibration]
     isosweep bench [--out bench/results.json]
     isosweep sweep sweeps/isocompute-easy.yaml [--budget 1e5] [--dry-run] [--address auto]
     isosweep frontier <sweep-id>          redo a sweep's frontier analysis from MLflow alone
@@ -66,6 +67,14 @@ def _ais_study(args: argparse.Namespace) -> None:
     rows = run_study(args.out, args.budget, extra=args.set, address=args.address)
     print((Path(args.out) / "table.md").read_text())
     print(f"[ais-study] {len(rows)} arms; table, alpha trace and plot in {args.out}")
+
+
+def _calibrate(args: argparse.Namespace) -> None:
+    from isosweep.experiments.calibrate import run_pilot  # torch, Ray, DeepSpeed
+
+    chosen, rows = run_pilot(args.out, args.budget, extra=args.set, address=args.address)
+    print((Path(args.out) / "summary.md").read_text())
+    print(f"[calibrate] {len(rows)} trials; pilot.csv, summary.md and calibration.png in {args.out}")
 
 
 def _bench(args: argparse.Namespace) -> None:
@@ -204,6 +213,14 @@ def main(argv: list[str] | None = None) -> int:
     study.add_argument("--out", default="dashboards/ais-study", help="output directory (default: dashboards/ais-study)")
     study.add_argument("--address", default=None, help="Ray cluster to join; default: a local Ray per arm")
     study.set_defaults(run=_ais_study)
+
+    pilot = commands.add_parser("calibrate", help="the learning-rate pilot behind the default lr_ref "
+                                "(lr x smallest/largest batch of the default grid x 2 seeds)")
+    pilot.add_argument("--budget", type=int, default=20000, help="C per trial, in rollouts (default: 20000)")
+    pilot.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every trial")
+    pilot.add_argument("--out", default="dashboards/calibration", help="output directory (default: dashboards/calibration)")
+    pilot.add_argument("--address", default=None, help="Ray cluster to join; default: a local Ray")
+    pilot.set_defaults(run=_calibrate)
 
     bench = commands.add_parser("bench", help="isosweep vs TRL vs a plain loop, engine throughput, "
                                    "one trial's time split")

@@ -1,0 +1,159 @@
+"""The learning-rate pilot that picks the default recipe's ``algorithm.lr_ref``.
+
+Grid: ``lr_ref`` (log-spaced, 1.6 decades) x the smallest and the largest batch (``Bp * n``) of the
+default iso-compute grid x seeds, every trial at the same budget C on the trial file's task. Each
+trial is an ordinary trial (Ray Train job, the default engine), so what the pilot picks is what a
+sweep runs. Per trial it reads:
+
+- **gain**: mean@k at the end (the mean of the last two evaluations, which halves the eval noise)
+  minus the base model's mean@k (the evaluation at rollouts 0);
+- **health**: no collapse (no evaluation below the base by more than ``COLLAPSE_DROP``, and the
+  end within ``PEAK_DROP`` of the trial's best), entropy kept (the last third of steps above
+  ``ENTROPY_KEEP`` of the first step's), KL bounded (mean ``train/kl`` of the last third of steps
+  at most ``KL_MAX``, where KL is measured).
+
+The pick is the ``lr_ref`` with the largest gain averaged over seeds at the *worse* of the two
+batch sizes, among those healthy in every trial: the default must work at both ends of the grid.
+Outputs under ``out``: ``runs/`` (the trials; a rerun resumes them), ``pilot.csv`` (one row per
+trial), ``summary.md`` (gain per lr and batch with the seed spread, health, the pick) and
+``calibration.png`` (the curves).
+
+    isosweep calibrate --budget 20000 --out dashboards/calibration
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+
+from isosweep.spec.grid import load_sweep
+from isosweep.spec.trial import load_trial
+from isosweep.trial.files import TrialDir
+from isosweep.trial.job import ray_init, run_trial
+
+LRS = (1e-5, 2.5e-5, 6.3e-5, 1.6e-4, 4e-4)
+SEEDS = (0, 1)
+COLLAPSE_DROP = 0.03
+PEAK_DROP = 0.10
+ENTROPY_KEEP = 0.25
+KL_MAX = 0.5
+
+
+def grid_batches(sweep_file: Path) -> list[tuple[int, int]]:
+    """The (Bp, n) of the smallest and the largest batch of ``sweep_file``'s iso-compute grid."""
+    spec = load_sweep(sweep_file).spec
+    pairs = [(bp, n) for bp in spec.grid.Bp for n in spec.grid.n]
+    return [min(pairs, key=lambda p: p[0] * p[1]), max(pairs, key=lambda p: p[0] * p[1])]
+
+
+def judge(records: list[dict], steps: list[dict], k: int) -> dict:
+    """Gain and health of one trial (see the module docstring)."""
+    key = f"eval/mean@{k}"
+    values = [r[key] for r in records]
+    base, end = values[0], statistics.fmean(values[-2:])
+    third = steps[-max(1, len(steps) // 3):]
+    entropy0 = steps[0]["train/entropy"]
+    entropy_end = statistics.fmean(s["train/entropy"] for s in third)
+    kls = [s["train/kl"] for s in third if "train/kl" in s]
+    kl_end = statistics.fmean(kls) if kls else math.nan
+    problems = []
+    if min(values) < base - COLLAPSE_DROP:
+        problems.append(f"mean@{k} fell to {min(values):.3f} from {base:.3f}")
+    if end < max(values) - PEAK_DROP:
+        problems.append(f"ended {max(values) - end:.3f} below its best")
+    if entropy_end < ENTROPY_KEEP * entropy0:
+        problems.append(f"entropy {entropy_end:.3f} < {ENTROPY_KEEP} x {entropy0:.3f}")
+    if kls and kl_end > KL_MAX:
+        problems.append(f"KL {kl_end:.3f} > {KL_MAX}")
+    return {"base": base, "end": end, "gain": end - base, "best": max(values), "entropy0": entropy0,
+            "entropy_end": entropy_end, "kl_end": kl_end, "healthy": not problems, "problems": "; ".join(problems)}
+
+
+def pick(rows: list[dict]) -> tuple[float | None, dict[float, dict]]:
+    """The chosen ``lr_ref`` (None if none is healthy everywhere) and, per lr, its worst-batch mean gain and health."""
+    per_lr: dict[float, dict] = {}
+    for lr in sorted({r["lr_ref"] for r in rows}):
+        mine = [r for r in rows if r["lr_ref"] == lr]
+        gains = {b: statistics.fmean(r["gain"] for r in mine if r["batch"] == b) for b in {r["batch"] for r in mine}}
+        per_lr[lr] = {"worst_gain": min(gains.values()), "healthy": all(r["healthy"] for r in mine)}
+    healthy = [lr for lr, v in per_lr.items() if v["healthy"]]
+    return (max(healthy, key=lambda lr: per_lr[lr]["worst_gain"]) if healthy else None), per_lr
+
+
+def run_pilot(out: str | Path, budget: int, trial_file: Path = Path("sweeps/trials/easy.yaml"),
+              sweep_file: Path = Path("sweeps/isocompute-easy.yaml"), lrs: tuple[float, ...] = LRS,
+              seeds: tuple[int, ...] = SEEDS, extra: list[str] | None = None, address: str | None = None,
+              log: Callable[[str], None] = print) -> tuple[float | None, list[dict]]:
+    """Run (resuming) every trial of the pilot and write its outputs; returns the pick and the rows."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    ray_init(address)
+    rows = []
+    batches = grid_batches(sweep_file)
+    for seed in seeds:  # seed-major: an interrupted pilot has whole replicates
+        for lr in lrs:
+            for bp, n in batches:
+                cfg = load_trial(trial_file, [f"budget={budget}", f"Bp={bp}", f"n={n}", f"seed={seed}",
+                                              f"algorithm.lr_ref={lr:g}", *(extra or [])])
+                run_dir = out / "runs" / f"lr{lr:g}-Bp{bp}-n{n}-s{seed}"
+                log(f"[calibrate] lr_ref {lr:g}, Bp {bp} x n {n}, seed {seed}")
+                records = run_trial(cfg, run_dir, address=address, log=log)
+                steps = TrialDir(run_dir).steps()
+                rows.append({"lr_ref": lr, "Bp": bp, "n": n, "batch": bp * n, "seed": seed,
+                             **judge(records, steps, cfg.eval.k), "_records": records})
+    chosen, per_lr = pick(rows)
+    write_outputs(out, rows, chosen, per_lr, budget, trial_file)
+    return chosen, rows
+
+
+def write_outputs(out: Path, rows: list[dict], chosen: float | None, per_lr: dict[float, dict], budget: int,
+                  trial_file: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = [c for c in rows[0] if not c.startswith("_")]
+    with open(out / "pilot.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows({c: r[c] for c in columns} for r in rows)
+
+    batches = sorted({r["batch"] for r in rows})
+    lines = [f"# Learning-rate pilot ({trial_file}, C = {budget:,} rollouts per trial)", "",
+             "Gain = mean@k at the end (mean of the last two evals) minus the base model's, mean over seeds "
+             "(± half the spread of the seeds); ✗ marks an unhealthy trial.", "",
+             "| lr_ref | " + " | ".join(f"gain, batch {b}" for b in batches) + " | healthy |",
+             "| --- |" + " --- |" * (len(batches) + 1)]
+    for lr, verdict in per_lr.items():
+        cells = []
+        for b in batches:
+            mine = [r for r in rows if r["lr_ref"] == lr and r["batch"] == b]
+            gains = [r["gain"] for r in mine]
+            half = (max(gains) - min(gains)) / 2 if len(gains) > 1 else math.nan
+            cells.append(f"{statistics.fmean(gains):+.3f} ± {half:.3f}" + (" ✗" if not all(r["healthy"] for r in mine)
+                                                                           else ""))
+        lines.append(f"| {lr:g} | " + " | ".join(cells) + f" | {'yes' if verdict['healthy'] else 'no'} |")
+    lines += ["", f"**Pick**: lr_ref = {chosen:g}" if chosen is not None else "**Pick**: none healthy at both batches",
+              "", "Unhealthy trials:", ""]
+    lines += [f"- lr {r['lr_ref']:g}, batch {r['batch']}, seed {r['seed']}: {r['problems']}"
+              for r in rows if not r["healthy"]] or ["- none"]
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
+
+    fig, axes = plt.subplots(1, len(batches), figsize=(6 * len(batches), 4.5), squeeze=False)
+    colours = plt.cm.viridis([i / max(1, len(per_lr) - 1) for i in range(len(per_lr))])
+    for ax, b in zip(axes[0], batches):
+        for colour, lr in zip(colours, per_lr):
+            for r in (r for r in rows if r["lr_ref"] == lr and r["batch"] == b):
+                key = next(k for k in r["_records"][0] if k.startswith("eval/mean@"))
+                ax.plot([max(x["rollouts"], 1) for x in r["_records"]], [x[key] for x in r["_records"]], color=colour,
+                        marker="o", ms=3, label=f"lr {lr:g}" if r["seed"] == rows[0]["seed"] else None,
+                        ls="-" if r["seed"] == rows[0]["seed"] else "--")
+        ax.set(xscale="log", title=f"batch {b} rollouts/step", xlabel="rollouts", ylabel="eval mean@k")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "calibration.png", dpi=110)
+    plt.close(fig)
