@@ -44,7 +44,26 @@ def init_distributed(backend: str) -> tuple[int, int]:
         import deepspeed
 
         deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
+    _forget_stale_deepspeed_groups()
     return dist.get_rank(), dist.get_world_size()
+
+
+def _forget_stale_deepspeed_groups() -> None:
+    """Drop DeepSpeed's cached clone of the world group when the world it cloned is gone.
+
+    DeepSpeed clones the world group once per process and keeps it. A process that trains, then
+    has its group torn down and made again (an in-process vLLM engine does both), would hand
+    DeepSpeed the dead clone on its next engine ("Group ... is not registered").
+    """
+    import sys
+
+    groups = sys.modules.get("deepspeed.utils.groups")
+    if groups is None or groups._WORLD_GROUP is None:
+        return
+    from torch.distributed.distributed_c10d import _world
+
+    if groups._WORLD_GROUP not in _world.pg_group_ranks:
+        groups._WORLD_GROUP = None
 
 
 def deepspeed_config(cfg: TrialConfig, gpu: bool) -> dict:
