@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch.distributed.distributed_c10d import _world
 
 from isosweep.spec.profiles import deepspeed_overrides, get_profile
 from isosweep.spec.trial import TrialConfig, learning_rate
@@ -55,13 +57,9 @@ def _forget_stale_deepspeed_groups() -> None:
     has its group torn down and made again (an in-process vLLM engine does both), would hand
     DeepSpeed the dead clone on its next engine ("Group ... is not registered").
     """
-    import sys
-
     groups = sys.modules.get("deepspeed.utils.groups")
     if groups is None or groups._WORLD_GROUP is None:
         return
-    from torch.distributed.distributed_c10d import _world
-
     if groups._WORLD_GROUP not in _world.pg_group_ranks:
         groups._WORLD_GROUP = None
 
