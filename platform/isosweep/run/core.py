@@ -38,6 +38,7 @@ from isosweep.spec.profiles import get_profile
 from isosweep.spec.trial import TrialConfig, resources_of, steps
 from isosweep.spec.yamlio import ConfigError
 from isosweep.track import runs
+from isosweep.track.curves import without_counts
 from isosweep.track.server import ensure_server
 from isosweep.trial.files import TrialDir
 from isosweep.trial.job import make_torch_trainer, ray_init
@@ -124,7 +125,7 @@ def tune_trial(config: dict) -> None:
 
     if ended():
         records = trial.records()
-        tune.report({**(records[-1] if records else {}), "isosweep/skipped": 1})
+        tune.report({**without_counts(records[-1] if records else {}), "isosweep/skipped": 1})
         logger.finish("FINISHED")
         return
     trainer = make_torch_trainer(job.cfg, trial.path, tracker=runs.MlflowTracker(job.tracking_uri, run_id),

@@ -21,15 +21,17 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 from isosweep.spec.trial import entropy_coef, kl_coef, learning_rate, steps
-from isosweep.track.curves import Curve
+from isosweep.track.curves import COUNTS_ARTIFACT, COUNTS_KEY, EVAL_SET_KEY, SAMPLES_KEY, Curve
 from isosweep.track.server import EXPERIMENT
 
 SWEEP_TAG = "isosweep.sweep_id"
@@ -182,6 +184,8 @@ class TrialLogger:
                 metrics.extend(Metric(mlflow_name(key), float(value), now, int(row["rollouts"])) for key, value in row.items()
                                if key.startswith(STEP_PREFIXES) and value is not None)
         log_metrics(self.client, self.run_id, metrics)
+        if COUNTS_KEY in record:
+            self._log_counts(step)
         self.steps_logged = max(self.steps_logged, step)
         self.eval_logged = step
         value = record[self.metric]
@@ -191,6 +195,11 @@ class TrialLogger:
                 self._log_record_checkpoint(record)
             self.client.set_tag(self.run_id, "isosweep.best_rollouts", str(step))
             self.client.set_tag(self.run_id, f"isosweep.best_{mlflow_name(self.metric.split('/')[1])}", f"{value:.4f}")
+
+    def _log_counts(self, up_to: int) -> None:
+        """The per-problem correct counts of every evaluation so far, as the run's :data:`COUNTS_ARTIFACT`
+        (rewritten whole at each evaluation: one small file per trial)."""
+        self.client.log_text(self.run_id, json.dumps(counts_table(self.trial.records(), up_to)), COUNTS_ARTIFACT)
 
     def _log_record_checkpoint(self, record: dict) -> None:
         folder = self.trial.checkpoint_at(record["step"])
@@ -227,6 +236,34 @@ class MlflowTracker:
 # ------------------------------------------------------------------------------- reading back
 
 
+def counts_table(records: list[dict], up_to: float = math.inf) -> dict:
+    """The counts of ``records`` (those that have them, at rollouts <= ``up_to``) as :data:`COUNTS_ARTIFACT` holds them."""
+    kept = [r for r in records if COUNTS_KEY in r and r["rollouts"] <= up_to]
+    return {"samples": kept[-1][SAMPLES_KEY] if kept else None, "eval_set": kept[-1][EVAL_SET_KEY] if kept else None,
+            "rollouts": [r["rollouts"] for r in kept], "correct": [r[COUNTS_KEY] for r in kept]}
+
+
+def attach_counts(curve: Curve, table: dict | None) -> Curve:
+    """``curve`` with the counts of ``table`` (a :func:`counts_table`) where they cover every evaluation of
+    the curve with one eval set; otherwise ``curve`` unchanged (its statistics then fall back to the values)."""
+    if not table or not table.get("correct"):
+        return curve
+    by_rollouts = dict(zip(table["rollouts"], table["correct"]))
+    if any(c not in by_rollouts for c in curve.compute) or len({len(v) for v in table["correct"]}) != 1:
+        return curve
+    curve.counts = np.asarray([by_rollouts[c] for c in curve.compute], dtype=float)
+    curve.samples, curve.eval_set = int(table["samples"]), table["eval_set"]
+    return curve
+
+
+def _run_counts(mlflow_client, run_id: str) -> dict | None:
+    """The run's :data:`COUNTS_ARTIFACT`, or None if it has none (a trial of an older isosweep)."""
+    if not any(a.path == COUNTS_ARTIFACT for a in mlflow_client.list_artifacts(run_id)):
+        return None
+    with tempfile.TemporaryDirectory() as folder:
+        return json.loads(Path(mlflow_client.download_artifacts(run_id, COUNTS_ARTIFACT, folder)).read_text())
+
+
 def read_curves(mlflow_client, sweep_id: str, k: int) -> list[Curve]:
     """Every child run of ``sweep_id`` as a :class:`Curve` (eval metrics at step = rollouts)."""
     found = mlflow_client.search_runs(
@@ -255,6 +292,7 @@ def read_curves(mlflow_client, sweep_id: str, k: int) -> list[Curve]:
                     "seed": int(params["seed"])},
             compute=np.asarray(compute, dtype=float),
             values={name: np.asarray(v, dtype=float) for name, v in values.items()}))
+        attach_counts(curves[-1], _run_counts(mlflow_client, run.info.run_id))
     return curves
 
 
@@ -277,16 +315,22 @@ def log_frontier(mlflow_client, run_id: str, analysis) -> None:
             metrics.append(Metric(mlflow_name(f"frontier/{name}"), row["value"], now, step))
             if name == analysis.primary:
                 metrics += [Metric("frontier/n_star", row["n"], now, step), Metric("frontier/Bp_star", row["Bp"], now, step)]
+                if not math.isnan(row.get("p_best", math.nan)):
+                    metrics.append(Metric("frontier/p_best", row["p_best"], now, step))
     seen = {(m.key, m.step, m.value) for key in {m.key for m in metrics}
             for m in mlflow_client.get_metric_history(run_id, key)}
     log_metrics(mlflow_client, run_id, [m for m in metrics if (m.key, m.step, m.value) not in seen])  # `frontier` run again
     primary = analysis.metrics[analysis.primary]
     saturation = primary.saturation
     mlflow_client.set_tag(run_id, "isosweep.n_star_saturation",
-                          "none (still changing)" if saturation is None else
+                          "none shown" if saturation is None else
                           ("no fit" if math.isnan(saturation) else f"{saturation:.0f}"))
+    if primary.verdict:
+        mlflow_client.set_tag(run_id, "isosweep.n_star_verdict", primary.verdict[:5000])
     if primary.rows and primary.rows[-1]["config"]:
-        mlflow_client.set_tag(run_id, "isosweep.best_config_at_budget", primary.rows[-1]["config"])
+        last = primary.rows[-1]
+        mlflow_client.set_tag(run_id, "isosweep.best_config_at_budget",
+                              f"tie: {last['config']} ~ {last['runner_up']}" if last.get("tie") else last["config"])
 
 
 # ------------------------------------------------------------------------------- HPO studies

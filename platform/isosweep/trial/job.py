@@ -22,6 +22,7 @@ import torch
 
 from isosweep.spec.profiles import get_profile, placement_bundles
 from isosweep.spec.trial import TrialConfig, resources_of
+from isosweep.track.curves import without_counts
 from isosweep.track.null import NullTracker
 from isosweep.trial.files import TrialDir
 from isosweep.trial.loop import train_loop
@@ -68,7 +69,7 @@ def _worker(config: dict) -> None:
     def report(record: dict) -> None:
         if logger is not None:
             logger.log(record)
-        ray.train.report(record)
+        ray.train.report(without_counts(record))
 
     def to_file(line: str) -> None:
         with open(trial.log_file, "a") as f:

@@ -27,6 +27,7 @@ are 0, because they are the health signals of a run (with a non-zero KL weight, 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import random
 import shutil
@@ -63,6 +64,7 @@ from isosweep.spec.trial import (
 )
 from isosweep.spec.yamlio import ConfigError
 from isosweep.tasks import Problem, get_task
+from isosweep.track.curves import COUNTS_KEY, EVAL_SET_KEY, SAMPLES_KEY
 from isosweep.trial.files import TrialDir
 from isosweep.trial.learner import gathered_state_dict, init_distributed, load_state, make_learner, save_state
 
@@ -76,6 +78,10 @@ class ProblemSets:
 
     train: list[Problem]
     eval: list[Problem]
+
+
+EVAL_ORDER_SEED = "eval-set"
+"""Seed of the shuffle that picks the eval subset from the held-out problems (not the training seed)."""
 
 
 def problem_sets(cfg: TrialConfig, model_path: str, engine: RolloutEngine) -> ProblemSets:
@@ -93,7 +99,10 @@ def problem_sets(cfg: TrialConfig, model_path: str, engine: RolloutEngine) -> Pr
             f"task.difficulty={cfg.task.difficulty!r} on levels {list(cfg.task.levels)} leaves {len(train)} train and "
             f"{len(held_out)} eval problems for this base model (base pass rate in {band}); "
             f"allowed: at least Bp = {cfg.Bp} train problems and one eval problem -- choose other levels")
-    random.Random(cfg.seed).shuffle(held_out)
+    # The eval subset depends on the task, its levels and band and the base model (through the probe),
+    # never on the training seed: every trial of a study is scored on the same problems, so configs and
+    # seeds can be compared problem by problem (paired), and a second seed adds information, not noise.
+    random.Random(EVAL_ORDER_SEED).shuffle(held_out)
     return ProblemSets(train, held_out[:cfg.task.eval_problems])
 
 
@@ -134,10 +143,19 @@ def eval_correct(engine: RolloutEngine, problems: list[Problem], task_name: str,
     return np.array(correct).reshape(len(problems), samples)
 
 
-def evaluate(engine: RolloutEngine, problems: list[Problem], cfg: TrialConfig) -> dict[str, float]:
-    """``eval/mean@k``, ``eval/best@k``, ``eval/worst@k`` (and the stderr of mean@k) on held-out problems."""
+def eval_set_id(problems: list[Problem]) -> str:
+    """A short hash of the eval problems, in order: trials with the same id were scored on the same problems."""
+    return hashlib.sha1("\n".join(f"{p.prompt}\t{p.answer}" for p in problems).encode()).hexdigest()[:12]
+
+
+def evaluate(engine: RolloutEngine, problems: list[Problem], cfg: TrialConfig) -> dict:
+    """``eval/mean@k``, ``eval/best@k``, ``eval/worst@k`` (and the stderr of mean@k) on held-out problems,
+    plus the per-problem correct counts (``eval_correct``, out of ``eval_samples``; problem order of
+    ``eval_set``) from which every statistic can be recomputed, and paired across trials."""
     correct = eval_correct(engine, problems, cfg.task.name, cfg.eval.samples, seed=cfg.seed + 7_919)
-    return {f"eval/{key}": value for key, value in summarize(correct, cfg.eval.k).items()}
+    return {**{f"eval/{key}": value for key, value in summarize(correct, cfg.eval.k).items()},
+            COUNTS_KEY: [int(c) for c in correct.sum(axis=1)], SAMPLES_KEY: cfg.eval.samples,
+            EVAL_SET_KEY: eval_set_id(problems)}
 
 
 def load_policy(model_path: str | Path) -> torch.nn.Module:
