@@ -1,15 +1,35 @@
-"""A sweep's frontier analysis: eval curves -> records -> sigmoid fits -> frontier table, plots, report.
+"""A sweep's frontier analysis: eval curves -> running bests -> sigmoid fits -> frontier table with
+paired bootstrap statistics, plots, report.
 
 Input is one :class:`Curve` per trial (what MLflow or the trial's ``metrics.jsonl`` holds:
-compute in rollouts and the eval metrics at each evaluation). For each metric (``mean@k``,
-``best@k``, ``worst@k``) and each config (an (n, Bp) allocation; seeds of one config are pooled)
-the record-breaking points are fitted with the sigmoid of :mod:`isosweep.report.frontier`; the frontier
-is the best fitted config at each compute, ``n*(C)`` and ``Bp*(C)`` are read off it, and the
-saturation point says from which compute ``n*`` stops changing. Each config's fit is validated
-by the hold-out check (fit on ``C <= C_max / 4``, predict ``C_max``).
+compute in rollouts, the eval metrics at each evaluation and, for trials of this version, the
+per-problem correct counts). For each metric (``mean@k``, ``best@k``, ``worst@k``) and each config
+(an (n, Bp) allocation):
 
-The evaluation at compute 0 (the base model) takes part in the record extraction -- a later
-point must beat it to count -- but not in the fit, whose sigmoid lives on ``C > 0``.
+1. **Points**: each seed's *running best* at every evaluation with C > 0 (the best a user of that
+   config would have by then), the seeds of a config pooled.
+2. **Fit**: the sigmoid of :mod:`isosweep.report.frontier` with ``R0`` *fixed* to the base
+   model's measured value (the mean of the evaluations at compute 0 over every trial: one base
+   model, one eval set). A fit whose plateau ``A`` sits on its bound or whose curve reaches less than
+   75% of its fitted gain within the data is flagged *not identified*
+   (:func:`isosweep.report.frontier.identification`).
+3. **Frontier**: at each C of the table, the config with the highest fitted value among those
+   whose data reach C (a fit never decides the frontier beyond its own data).
+4. **Uncertainty**: a bootstrap that redoes steps 1-3 on resampled data. Each replicate draws
+   the seeds with replacement (the same seed labels for every config) and the eval problems with
+   replacement (the *same problems* for every trial when they share an eval set: paired), and
+   recomputes every evaluation from the per-problem counts. Trials without counts (older
+   versions) instead get Gaussian noise of their own measured jitter added to each evaluation
+   (``sd = 1.4826 * MAD(second differences) / sqrt(6)``), which over- rather than under-states
+   the noise. From the replicates: each config's 90% band, **P(best)** at each C, the winner's
+   lead over the runner-up with its 90% interval (a lead whose interval reaches 0 is a **tie**,
+   never a winner), and the set of n that win in at least 5% of replicates (n*'s interval).
+5. **Allocation verdict**: n* at the smallest or largest n of the grid is reported as a grid edge
+   with the direction to extend; saturation is claimed only for an interior n* that wins without
+   a tie over at least a factor :data:`SATURATION_SPAN` in C up to the budget.
+6. **Hold-outs**: each config's fit on ``C <= C_max / 4`` predicting its value at ``C_max``, and
+   the *decision* hold-out: every config fitted on ``C <= C_max / 4``, the predicted winner at
+   ``C_max`` compared with the observed one (mean over seeds of the running best).
 """
 
 from __future__ import annotations
@@ -24,6 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
+from isosweep.algo.estimators import best_at_k, mean_at_k, worst_at_k
 from isosweep.report import frontier as F
 from isosweep.report.plots import png, pyplot
 from isosweep.report.tables import fmt, text_table
@@ -32,20 +53,40 @@ from isosweep.track.curves import Curve
 SATURATION_GRID = 64
 """Compute points (log-spaced) on which ``n*(C)`` is scanned for its saturation point."""
 
+SATURATION_SPAN = 4.0
+"""Saturation is claimed only for an n* that stays put (interior, no tie) over at least this factor in C."""
+
+P_BEST_FLOOR = 0.05
+"""A config winning in at least this fraction of bootstrap replicates is in n*'s interval."""
+
+ESTIMATORS = {"mean": mean_at_k, "best": best_at_k, "worst": worst_at_k}
+
 
 @dataclass
 class MetricAnalysis:
     metric: str
     fits: dict[str, F.SigmoidFit]
     unfitted: dict[str, str]
-    """config -> why it has no fit (too few records)."""
+    """config -> why it has no fit."""
     records: dict[str, tuple[np.ndarray, np.ndarray]]
-    """config -> (compute, value) of its record points (pooled over seeds)."""
+    """config -> (compute, value) of the fitted points: each seed's running best at every eval with C > 0."""
     rows: list[dict]
-    """The frontier table: C, config, value, low, high, n, Bp, M, plus the observed best."""
+    """The frontier table: C, config, value, low, high, n, Bp, M, p_best, runner_up, lead (low, high), tie,
+    n_range, identified, plus the observed best."""
     saturation: float | None
-    """Smallest C from which n*(C) stays constant (None: still changing at C_max; nan: no fits)."""
+    """Smallest C from which an interior n* wins untied to the budget over >= SATURATION_SPAN x in C
+    (None: not shown; nan: no fits)."""
     holdout: dict[str, dict]
+    identified: dict[str, list[str]] = field(default_factory=dict)
+    """config -> why its fit is not identified (empty list: identified)."""
+    verdict: str = ""
+    """The allocation verdict in words (grid edge, saturation, still changing, ties)."""
+    decision: dict = field(default_factory=dict)
+    """The decision hold-out (see :func:`decision_holdout`)."""
+    base: float | None = None
+    """The base model's measured value (R0 of every fit), None if no trial evaluated at compute 0."""
+    replicates: int = 0
+    """Bootstrap replicates behind P(best) and the intervals."""
 
 
 @dataclass
@@ -57,19 +98,26 @@ class Analysis:
     metrics: dict[str, MetricAnalysis]
     configs: dict[str, dict]
     curves: list[Curve] = field(repr=False)
+    noise: str = ""
+    """What the bootstrap resampled (seeds, paired eval problems, or jitter for trials without counts)."""
 
     def to_json(self) -> dict:
         out = {"title": self.title, "study": self.study, "budget": self.budget, "primary": self.primary,
-               "configs": self.configs, "gains": gains(self), "metrics": {}}
+               "configs": self.configs, "gains": gains(self), "noise": self.noise, "metrics": {}}
         for name, m in self.metrics.items():
             out["metrics"][name] = {
                 "fits": {key: {"params": fit.params, "ci90": fit.ci, "points": fit.n, "converged": fit.success,
-                               "bootstrap_refits": len(fit.boot)} for key, fit in m.fits.items()},
+                               "bootstrap_refits": len(fit.boot), "not_identified": m.identified.get(key, [])}
+                         for key, fit in m.fits.items()},
                 "unfitted": m.unfitted,
+                "base": m.base,
                 "records": {key: {"compute": c.tolist(), "value": v.tolist()} for key, (c, v) in m.records.items()},
                 "frontier": m.rows,
                 "saturation_C": m.saturation,
+                "verdict": m.verdict,
                 "holdout": m.holdout,
+                "decision_holdout": m.decision,
+                "bootstrap_replicates": m.replicates,
             }
         return json.loads(json.dumps(out, default=_json_default).replace("NaN", "null"))
 
@@ -82,22 +130,131 @@ def _json_default(value):
     raise TypeError(type(value))
 
 
-def _pooled_records(curves: list[Curve], metric: str) -> tuple[np.ndarray, np.ndarray]:
+# --------------------------------------------------------------------------------- data
+
+
+def _estimator(metric: str):
+    name, _, k = metric.partition("@")
+    return ESTIMATORS[name], int(k)
+
+
+def jitter(values: np.ndarray) -> float:
+    """The eval noise of one curve estimated from its own jitter: ``1.4826 * MAD(second differences) / sqrt(6)``
+    (a second difference of i.i.d. noise has variance 6 sd^2; a smooth trend adds little to it)."""
+    if len(values) < 4:
+        return 0.0
+    d2 = np.diff(values, 2)
+    return float(1.4826 * np.median(np.abs(d2 - np.median(d2))) / math.sqrt(6.0))
+
+
+class Resampler:
+    """Evaluations of every curve, as observed or as one bootstrap replicate sees them."""
+
+    def __init__(self, curves: list[Curve], metrics: list[str]) -> None:
+        self.curves, self.metrics = curves, metrics
+        with_counts = [c for c in curves if c.counts is not None]
+        self.counted = len(with_counts) == len(curves)
+        sets = {(c.eval_set, c.counts.shape[1]) for c in with_counts}
+        self.paired = self.counted and len(sets) == 1
+        self.seeds = sorted({int(c.fields.get("seed", 0)) for c in curves})
+        self.by_config: dict[str, list[int]] = {}
+        for i in sorted(range(len(curves)), key=lambda i: int(curves[i].fields.get("seed", 0))):
+            self.by_config.setdefault(curves[i].config, []).append(i)
+        self.jitter = {(i, m): jitter(c.values[m]) for i, c in enumerate(curves) for m in metrics}
+
+    def describe(self) -> str:
+        most = max(len(members) for members in self.by_config.values())
+        seeds = f"up to {most} seeds per config resampled" if most > 1 else "1 seed per config (seed noise not measured)"
+        if self.paired:
+            problems = self.curves[0].counts.shape[1]
+            return f"{seeds}; the {problems} eval problems resampled, paired across every trial"
+        if self.counted:
+            return f"{seeds}; eval problems resampled per trial (the trials' eval sets differ: not paired)"
+        return f"{seeds}; no per-problem counts (older trials): each evaluation jittered by its curve's own noise"
+
+    def draw(self, rng: np.random.Generator | None) -> dict[str, list[tuple[Curve, np.ndarray]]]:
+        """metric -> [(curve, its values)] for the observed data (``rng`` None) or one replicate."""
+        if rng is None:
+            chosen = list(range(len(self.curves)))
+        else:
+            # Each config's seeds drawn with replacement; configs with as many seeds share the draw
+            # (seed order), so a seed that helps every config is resampled for all of them alike.
+            shared_draws: dict[int, np.ndarray] = {}
+            chosen = []
+            for members in self.by_config.values():
+                draw = shared_draws.setdefault(len(members), rng.integers(0, len(members), len(members)))
+                chosen += [members[d] for d in draw]
+        shared = None
+        if rng is not None and self.paired:
+            problems = self.curves[0].counts.shape[1]
+            shared = rng.integers(0, problems, problems)
+        out: dict[str, list[tuple[Curve, np.ndarray]]] = {m: [] for m in self.metrics}
+        for i in chosen:
+            curve = self.curves[i]
+            idx = None
+            if rng is not None and curve.counts is not None:
+                idx = shared if shared is not None else rng.integers(0, curve.counts.shape[1], curve.counts.shape[1])
+            noise_rng = rng if rng is not None and curve.counts is None else None
+            for metric in self.metrics:
+                if curve.counts is not None:
+                    estimator, k = _estimator(metric)
+                    counts = curve.counts if idx is None else curve.counts[:, idx]
+                    values = np.asarray(estimator(counts, curve.samples, k)).mean(axis=1)
+                else:
+                    values = curve.values[metric]
+                    if noise_rng is not None:
+                        values = values + noise_rng.normal(0.0, self.jitter[(i, metric)], len(values))
+                out[metric].append((curve, values))
+        return out
+
+
+def running_best_points(pairs: list[tuple[Curve, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Each curve's running best (over its evaluations, compute 0 included) at every evaluation with
+    C > 0, pooled: ``(compute, value)`` ordered by compute."""
     cs, vs = [], []
-    for curve in curves:
-        c, v = F.record_points(curve.compute, curve.values[metric])
-        cs.append(c)
-        vs.append(v)
-    return np.concatenate(cs), np.concatenate(vs)
+    for curve, values in pairs:
+        order = np.argsort(curve.compute, kind="stable")
+        c, v = curve.compute[order], np.maximum.accumulate(values[order])
+        cs.append(c[c > 0])
+        vs.append(v[c > 0])
+    if not cs:
+        return np.empty(0), np.empty(0)
+    c, v = np.concatenate(cs), np.concatenate(vs)
+    order = np.argsort(c, kind="stable")
+    return c[order], v[order]
 
 
-def _observed_best(curves: list[Curve], metric: str, C: float) -> tuple[str | None, float]:
-    """The config with the best value observed at compute <= C (running max), and that value."""
+def base_value(pairs: list[tuple[Curve, np.ndarray]]) -> float | None:
+    """The mean of every evaluation at compute 0 (the base model on the eval set); None if there is none."""
+    at_zero = [values[curve.compute == 0] for curve, values in pairs if np.any(curve.compute == 0)]
+    return float(np.mean(np.concatenate(at_zero))) if at_zero else None
+
+
+def _why_unfittable(c: np.ndarray, v: np.ndarray, base: float | None) -> str | None:
+    distinct = len(np.unique(c))
+    if distinct < F.MIN_POINTS:
+        return f"{distinct} evaluation(s) at C > 0; a sigmoid needs {F.MIN_POINTS}"
+    floor = -math.inf if base is None else base
+    rises = len(np.unique(v[v > floor]))
+    if rises < 2:
+        return "its running best rose above the base model fewer than twice: no curve to fit"
+    return None
+
+
+def _fit(c: np.ndarray, v: np.ndarray, base: float | None, start: F.SigmoidFit | None = None) -> F.SigmoidFit | None:
+    try:
+        return F.fit_sigmoid(c, v, bootstrap=0, R0=base, start=None if start is None else start.params)
+    except ValueError:
+        return None
+
+
+def observed_best(pairs_by_config: dict[str, list[tuple[Curve, np.ndarray]]], C: float) -> tuple[str | None, float]:
+    """The config whose running best at compute <= C, averaged over its seeds, is highest, and that value."""
     best_key, best = None, -math.inf
-    for curve in curves:
-        seen = curve.values[metric][curve.compute <= C]
-        if len(seen) and seen.max() > best:
-            best_key, best = curve.config, float(seen.max())
+    for key, pairs in pairs_by_config.items():
+        seen = [float(values[curve.compute <= C].max()) for curve, values in pairs if np.any(curve.compute <= C)]
+        if seen and np.mean(seen) > best:
+            best_key, best = key, float(np.mean(seen))
     return best_key, best
 
 
@@ -109,50 +266,196 @@ def frontier_grid(curves: list[Curve], budget: int, points: int) -> np.ndarray:
     return np.unique(np.round(np.geomspace(low, high, points)))
 
 
+# --------------------------------------------------------------------------------- statistics
+
+
+def _predictions(fits: dict[str, F.SigmoidFit | None], reach: dict[str, float], keys: list[str],
+                 grid: np.ndarray) -> np.ndarray:
+    """``(configs, grid)`` fitted values, nan where a config has no fit or its data do not reach C."""
+    out = np.full((len(keys), len(grid)), np.nan)
+    for i, key in enumerate(keys):
+        fit = fits.get(key)
+        if fit is not None:
+            inside = grid <= reach[key] * 1.0001
+            out[i, inside] = fit.predict(grid[inside])
+    return out
+
+
+def frontier_rows(keys: list[str], configs: dict[str, dict], grid: np.ndarray, full: np.ndarray,
+                  reps: np.ndarray) -> list[dict]:
+    """The frontier table from the observed fits' values ``full`` ``(configs, grid)`` and the replicates'
+    ``reps`` ``(replicates, configs, grid)`` (see the module docstring, step 4)."""
+    rows = []
+    for j, C in enumerate(grid):
+        column = full[:, j]
+        row = {"C": float(C), "config": None, "value": math.nan, "low": math.nan, "high": math.nan,
+               "p_best": math.nan, "runner_up": None, "lead": math.nan, "lead_low": math.nan, "lead_high": math.nan,
+               "tie": False, "n_range": []}
+        if np.all(np.isnan(column)):
+            rows.append(row)
+            continue
+        order = [int(i) for i in np.argsort(-np.nan_to_num(column, nan=-np.inf), kind="stable") if not np.isnan(column[i])]
+        w = order[0]
+        row.update(config=keys[w], value=float(column[w]), **configs[keys[w]])
+        p_best = np.full(len(keys), np.nan)
+        if len(reps):
+            rep = reps[:, :, j]
+            valid = ~np.all(np.isnan(rep), axis=1)
+            if valid.any():
+                winners = np.nanargmax(rep[valid], axis=1)
+                p_best = np.bincount(winners, minlength=len(keys)) / valid.sum()
+                own = rep[:, w][~np.isnan(rep[:, w])]
+                if len(own):
+                    row["low"], row["high"] = (float(q) for q in np.quantile(own, [0.05, 0.95]))
+            row["p_best"] = float(p_best[w])
+            row["n_range"] = sorted({configs[keys[i]]["n"] for i in range(len(keys)) if p_best[i] >= P_BEST_FLOOR}
+                                    | {configs[keys[w]]["n"]})
+        else:
+            row["n_range"] = [configs[keys[w]]["n"]]
+        if len(order) > 1:
+            # The runner-up is the closest challenger: the next fitted value, or with replicates the
+            # config whose lead interval comes nearest to (or across) zero.
+            challengers = []
+            for r in order[1:]:
+                low = high = math.nan
+                if len(reps):
+                    diff = reps[:, w, j] - reps[:, r, j]
+                    diff = diff[~np.isnan(diff)]
+                    if len(diff):
+                        low, high = (float(q) for q in np.quantile(diff, [0.05, 0.95]))
+                challengers.append((r, low, high))
+            r, low, high = min(challengers, key=lambda t: (np.nan_to_num(t[1], nan=np.inf), column[w] - column[t[0]]))
+            row.update(runner_up=keys[r], lead=float(column[w] - column[r]), lead_low=low, lead_high=high,
+                       tie=bool(not math.isnan(low) and low <= 0.0))
+        rows.append(row)
+    return rows
+
+
+def allocation_verdict(rows: list[dict], grid_n: list[int]) -> tuple[float | None, str]:
+    """The saturation point (or None) and the verdict in words (module docstring, step 5)."""
+    fitted = [r for r in rows if r["config"] is not None]
+    if not fitted:
+        return math.nan, "n*(C): no config could be fitted"
+    smallest, largest = min(grid_n), max(grid_n)
+    last = fitted[-1]
+    if last["n"] in (smallest, largest) and smallest != largest:
+        side, direction = ("smallest", "smaller") if last["n"] == smallest else ("largest", "larger")
+        edge = [r for r in fitted if r["n"] == last["n"]]
+        return None, (f"n* at the grid edge (n = {last['n']}, the {side} n of the grid) at C = {edge[0]['C']:,.0f} to "
+                      f"{last['C']:,.0f}: extend the grid to {direction} n before reading n*(C) as saturated")
+    run = []
+    for row in reversed(fitted):
+        if row["n"] != last["n"] or row["tie"]:
+            break
+        run.append(row)
+    if run and run[-1]["C"] * SATURATION_SPAN <= last["C"] * 1.0001:
+        return run[-1]["C"], (f"n*(C) saturates: n* = {last['n']} (interior, untied) from C = {run[-1]['C']:,.0f} "
+                              f"to {last['C']:,.0f} rollouts ({last['C'] / run[-1]['C']:.1f}x in C)")
+    if last["tie"]:
+        return None, (f"no saturation shown: at C = {last['C']:,.0f} the winner {last['config']} ties with "
+                      f"{last['runner_up']} (lead {fmt(last['lead'])}, 90% CI [{fmt(last['lead_low'])}, "
+                      f"{fmt(last['lead_high'])}]); more seeds or eval problems would separate them")
+    span = last["C"] / run[-1]["C"] if run else 1.0
+    return None, (f"no saturation shown: n* = {last['n']} holds over only {span:.1f}x in C at the end "
+                  f"(saturation needs an untied interior n* over {SATURATION_SPAN:g}x): run to a larger budget")
+
+
+def decision_holdout(pairs_by_config: dict[str, list[tuple[Curve, np.ndarray]]], base: float | None,
+                     fraction: float = 0.25) -> dict:
+    """Fit every config on ``C <= fraction * C_max`` only, predict the winner and its value at ``C_max``,
+    and compare with what was observed there (mean over seeds of the running best)."""
+    c_max = max(float(curve.compute.max()) for pairs in pairs_by_config.values() for curve, _ in pairs)
+    predicted, observed = {}, {}
+    for key, pairs in pairs_by_config.items():
+        reached = [values[curve.compute <= c_max].max() for curve, values in pairs if curve.compute.max() >= c_max]
+        if reached:
+            observed[key] = float(np.mean(reached))
+        c, v = running_best_points(pairs)
+        window = c <= fraction * c_max
+        if _why_unfittable(c[window], v[window], base) is None and (fit := _fit(c[window], v[window], base)):
+            predicted[key] = float(fit.predict(c_max))
+    out = {"C_max": c_max, "fit_window": fraction * c_max, "predicted_config": None, "observed_config": None,
+           "hit": None, "predicted_value": None, "observed_value": None, "abs_error": None, "reason": None}
+    if not predicted or not observed:
+        out["reason"] = f"too few evaluations at C <= {fraction:g} * C_max for a fit, or no trial reached C_max"
+        return out
+    p_key, o_key = max(predicted, key=predicted.get), max(observed, key=observed.get)
+    out.update(predicted_config=p_key, observed_config=o_key, hit=p_key == o_key, predicted_value=predicted[p_key],
+               observed_value=observed.get(p_key), abs_error=abs(predicted[p_key] - observed[p_key])
+               if p_key in observed else None)
+    return out
+
+
 def analyse(curves: list[Curve], *, title: str, study: str, budget: int, primary: str, points: int = 8,
             bootstrap: int = 200, seed: int = 0) -> Analysis:
-    """Fit every config on every metric the curves carry and build the frontier of each."""
+    """Fit every config on every metric the curves carry, build each frontier with its bootstrap statistics."""
     if not curves:
         raise ValueError("no trial has any evaluation yet: nothing to analyse")
     configs: dict[str, dict] = {}
-    by_config: dict[str, list[Curve]] = {}
     for curve in curves:
         configs.setdefault(curve.config, {k: v for k, v in curve.fields.items() if k in ("n", "Bp", "M")})
-        by_config.setdefault(curve.config, []).append(curve)
+    keys = list(configs)
     metric_names = sorted(set.intersection(*(set(c.values) for c in curves)))
     if primary not in metric_names:
         raise ValueError(f"metric {primary!r} is not in the curves (have {metric_names})")
     grid = frontier_grid(curves, budget, points)
     fine = np.geomspace(grid[0], grid[-1], SATURATION_GRID)
+    both = np.concatenate([grid, fine])
+    reach = {key: max(float(c.compute.max()) for c in curves if c.config == key) for key in keys}
+    sampler = Resampler(curves, metric_names)
+
+    def by_config(pairs: list[tuple[Curve, np.ndarray]]) -> dict[str, list[tuple[Curve, np.ndarray]]]:
+        out: dict[str, list] = {key: [] for key in keys}
+        for curve, values in pairs:
+            out[curve.config].append((curve, values))
+        return out
+
+    observed = sampler.draw(None)
+    rng = np.random.default_rng(seed)
+    replicates = [sampler.draw(rng) for _ in range(bootstrap)]
     results = {}
     for metric in metric_names:
-        fits, unfitted, records, holdout = {}, {}, {}, {}
-        for key, group in by_config.items():
-            c, v = _pooled_records(group, metric)
+        groups = by_config(observed[metric])
+        base = base_value(observed[metric])
+        fits, unfitted, records, holdout, identified = {}, {}, {}, {}, {}
+        for key, pairs in groups.items():
+            c, v = running_best_points(pairs)
             records[key] = (c, v)
-            positive = c > 0
-            distinct = len(np.unique(c[positive]))
-            if distinct < F.MIN_POINTS:
-                unfitted[key] = (f"{distinct} record point(s) at C > 0; a sigmoid needs {F.MIN_POINTS} "
-                                 "(the metric rarely beat its earlier best)")
-            else:
-                fits[key] = F.fit_sigmoid(c[positive], v[positive], bootstrap=bootstrap, seed=seed)
-                holdout[key] = F.holdout_check(c[positive], v[positive])
-        rows = []
-        if fits:
-            rows = F.frontier(fits, configs, grid)
-        else:
-            rows = [{"C": float(C), "config": None, "value": math.nan, "low": math.nan, "high": math.nan}
-                    for C in grid]
+            why = _why_unfittable(c, v, base)
+            fit = None if why else _fit(c, v, base)
+            if fit is None:
+                unfitted[key] = why or "the fit failed"
+                continue
+            fits[key] = fit
+            identified[key] = F.identification(fit, reach[key])
+            holdout[key] = F.holdout_check(c, v)
+        full = _predictions(fits, reach, keys, both)
+        reps, boots = [], {key: [] for key in fits}
+        for replicate in replicates:
+            pairs = replicate[metric]
+            rep_base = base_value(pairs)
+            rep_fits = {}
+            for key, group in by_config(pairs).items():
+                if key not in fits or not group:
+                    continue
+                c, v = running_best_points(group)
+                if _why_unfittable(c, v, rep_base) is None and (fit := _fit(c, v, rep_base, start=fits[key])):
+                    rep_fits[key] = fit
+                    boots[key].append([fit.params[name] for name in F.PARAM_NAMES])
+            reps.append(_predictions(rep_fits, reach, keys, both))
+        reps_arr = np.stack(reps) if reps else np.empty((0, len(keys), len(both)))
+        fits = {key: F.SigmoidFit(fit.params, fit.n, fit.success, np.asarray(boots[key]).reshape(-1, 4), fit.bounds)
+                for key, fit in fits.items()}
+        rows = frontier_rows(keys, configs, grid, full[:, :len(grid)], reps_arr[:, :, :len(grid)])
         for row in rows:
-            row["observed_config"], row["observed_value"] = _observed_best(curves, metric, row["C"])
-        saturation = math.nan
-        if fits:
-            fine_rows = F.frontier(fits, configs, fine)
-            saturation = F.saturation_point(fine, F.optimal_allocation(fine_rows, "n"))
-        results[metric] = MetricAnalysis(metric, fits, unfitted, records, rows, saturation, holdout)
+            row["observed_config"], row["observed_value"] = observed_best(groups, row["C"])
+            row["identified"] = row["config"] is not None and not identified.get(row["config"])
+        fine_rows = frontier_rows(keys, configs, fine, full[:, len(grid):], reps_arr[:, :, len(grid):])
+        saturation, verdict = allocation_verdict(fine_rows, sorted({cfg["n"] for cfg in configs.values()}))
+        results[metric] = MetricAnalysis(metric, fits, unfitted, records, rows, saturation, holdout, identified,
+                                         verdict, decision_holdout(groups, base), base, len(replicates))
     return Analysis(title=title, study=study, budget=budget, primary=primary, metrics=results,
-                    configs=configs, curves=curves)
+                    configs=configs, curves=curves, noise=sampler.describe())
 
 
 def gains(analysis: Analysis) -> dict[str, dict[str, float]]:
@@ -172,33 +475,58 @@ def gains(analysis: Analysis) -> dict[str, dict[str, float]]:
 # --------------------------------------------------------------------------------- text
 
 
+def _winner_cell(row: dict) -> str:
+    if row["config"] is None:
+        return "(no fit)"
+    if row["tie"]:
+        return f"tie: {row['config']} ~ {row['runner_up']}"
+    return row["config"] + ("" if row.get("identified", True) else " (?)")
+
+
 def table_text(analysis: Analysis, metric: str | None = None) -> str:
     """The frontier table of ``metric`` (default: the primary one) and the fitted curves, as text."""
     metric = metric or analysis.primary
     m = analysis.metrics[metric]
-    lines = [f"frontier of {metric} -- {analysis.title} (C in rollouts per trial; M(C) = steps the best "
-             "config takes to reach C; fitted value with 90% CI)"]
+    lines = [f"frontier of {metric} -- {analysis.title} (C in rollouts per trial; M(C) = steps the best config takes "
+             f"to reach C; fitted value with 90% CI; P(best) and the lead over the runner-up from {m.replicates} "
+             f"bootstrap replicates: {analysis.noise})"]
     rows = []
     for row in m.rows:
         ci = f"[{fmt(row['low'])}, {fmt(row['high'])}]" if not math.isnan(row["low"]) else "-"
         steps_to_c = int(row["C"] // (row["n"] * row["Bp"])) if row["config"] else None
         observed = f"{row['observed_config']} {fmt(row['observed_value'])}" if row["observed_config"] else "-"
-        rows.append([f"{row['C']:,.0f}", row["config"] or "(no fit)", str(row.get("n", "-")), str(row.get("Bp", "-")),
-                     "-" if steps_to_c is None else str(steps_to_c), fmt(row["value"]), ci, observed])
-    lines += text_table(["C", "best config", "n*", "Bp*", "M(C)", "fitted", "90% CI", "observed best"], rows, "><>>>><<")
-    if m.saturation is None:
-        lines.append("n*(C) is still changing at the largest compute: no saturation within this budget")
-    elif isinstance(m.saturation, float) and math.isnan(m.saturation):
-        lines.append("n*(C): no config could be fitted")
-    else:
-        final = m.rows[-1].get("n")
-        lines.append(f"n*(C) saturates at C = {m.saturation:,.0f} rollouts (n* = {final} from there to C_max)")
+        n_cell = "-"
+        if row["config"]:
+            spread = row["n_range"]
+            n_cell = str(row["n"]) + (f" [{min(spread)}-{max(spread)}]" if len(spread) > 1 else "")
+        lead = "-"
+        if row["runner_up"] is not None:
+            lead = fmt(row["lead"], "+.3f") + (f" [{fmt(row['lead_low'], '+.3f')}, {fmt(row['lead_high'], '+.3f')}]"
+                                               if not math.isnan(row["lead_low"]) else "")
+        p_best = "-" if math.isnan(row["p_best"]) else f"{row['p_best']:.2f}"
+        rows.append([f"{row['C']:,.0f}", _winner_cell(row), p_best, n_cell, str(row.get("Bp", "-")),
+                     "-" if steps_to_c is None else str(steps_to_c), fmt(row["value"]), ci, lead, observed])
+    lines += text_table(["C", "best config", "P(best)", "n* [90%]", "Bp*", "M(C)", "fitted", "90% CI",
+                         "lead over runner-up [90%]", "observed best (seed mean)"], rows, "><>>>>><<<")
+    lines.append(m.verdict)
+    if any(not row.get("identified", True) for row in m.rows if row["config"]):
+        lines.append("(?) the winner's fit is not identified (plateau on its bound or C_mid beyond its data): its "
+                     "value is a lower bound of a curve still rising, not a measured plateau")
+    d = m.decision
+    if d.get("predicted_config"):
+        lines.append(f"decision hold-out: fitted on C <= {d['fit_window']:,.0f}, the predicted best at C_max = "
+                     f"{d['C_max']:,.0f} is {d['predicted_config']} ({fmt(d['predicted_value'])}); observed best "
+                     f"{d['observed_config']} -> {'hit' if d['hit'] else 'miss'}"
+                     + (f", value error {fmt(d['abs_error'])}" if d["abs_error"] is not None else ""))
+    elif d:
+        lines.append(f"decision hold-out: not possible ({d['reason']})")
     moved = gains(analysis)
     if moved:
         lines.append("gain over the base model (compute 0) to the best observed by C_max: " + ", ".join(
             f"{name} {g['base']:.3f} -> {g['best']:.3f} ({g['gain']:+.3f})" for name, g in moved.items()))
     lines.append("")
-    lines.append(f"fitted curves R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) on {metric} records; "
+    base = "R0 fixed to the base model's measured value" if m.base is not None else "R0 fitted (no evaluation at C = 0)"
+    lines.append(f"fitted curves R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) on each seed's running best ({base}); "
                  "hold-out: fit on C <= C_max/4, predict C_max")
     rows = []
     for key in analysis.configs:
@@ -207,16 +535,20 @@ def table_text(analysis: Analysis, metric: str | None = None) -> str:
         p = m.fits[key].params
         h = m.holdout.get(key, {})
         hold = (f"{fmt(h['predicted'])}/{fmt(h['observed'])}/{fmt(h['abs_error'])}"
-                if h.get("predicted") is not None else f"- ({h.get('n_fit_points', 0)} records at C <= C_max/4)")
-        rows.append([key, fmt(p["R0"]), fmt(p["A"]), f"{p['C_mid']:,.0f}", fmt(p["B"], ".2f"), str(m.fits[key].n), hold])
-    lines += text_table(["config", "R0", "A", "C_mid", "B", "points", "hold-out pred/obs/err"], rows, "<>>>>><")
+                if h.get("predicted") is not None else f"- ({h.get('n_fit_points', 0)} points at C <= C_max/4)")
+        issues = m.identified.get(key) or []
+        rows.append([key, fmt(p["R0"]), fmt(p["A"]), f"{p['C_mid']:,.0f}", fmt(p["B"], ".2f"), str(m.fits[key].n), hold,
+                     "yes" if not issues else "no: " + "; ".join(issues)])
+    lines += text_table(["config", "R0", "A", "C_mid", "B", "points", "hold-out pred/obs/err", "identified"], rows,
+                        "<>>>>><<")
     lines += [f"{key:<12} no fit: {why}" for key, why in m.unfitted.items()]
     return "\n".join(lines)
 
 
 def write_csv(analysis: Analysis, path: Path) -> None:
     """Every metric's frontier table as one CSV (a ``metric`` column tells them apart)."""
-    columns = ["metric", "C", "config", "n", "Bp", "M", "value", "low", "high", "observed_config", "observed_value"]
+    columns = ["metric", "C", "config", "n", "Bp", "M", "value", "low", "high", "p_best", "runner_up", "lead", "lead_low",
+               "lead_high", "tie", "identified", "observed_config", "observed_value"]
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()

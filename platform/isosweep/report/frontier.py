@@ -121,6 +121,8 @@ class SigmoidFit:
     """Whether ``least_squares`` reported convergence on the full data."""
     boot: np.ndarray = field(default_factory=lambda: np.empty((0, 4)), compare=False, repr=False)
     """``(fits, 4)``: parameters of the successful bootstrap refits, columns :data:`PARAM_NAMES`."""
+    bounds: tuple[float, float] = (0.0, 1.0)
+    """``(lo, hi)``, the value bounds ``R0`` and ``A`` were fitted within."""
 
     @property
     def ci(self) -> dict[str, tuple[float, float]]:
@@ -184,33 +186,43 @@ def _fit_once(
     value_range: tuple[float, float],
     loss: str,
     f_scale: float,
+    fixed_u0: float | None = None,
 ) -> OptimizeResult:
-    """One ``least_squares`` run from ``x0`` in the ``(u0, u1, log C_mid, B)`` space."""
+    """One ``least_squares`` run from ``x0`` in the ``(u0, u1, log C_mid, B)`` space; with ``fixed_u0``
+    (``R0`` known) ``u0`` is held there and only ``(u1, log C_mid, B)`` are fitted. The result's ``x``
+    is always the full 4-vector."""
     lo, hi = value_range
     width = hi - lo
+    free = slice(1, 4) if fixed_u0 is not None else slice(0, 4)
+
+    def full(theta: np.ndarray) -> np.ndarray:
+        return np.concatenate([[fixed_u0], theta]) if fixed_u0 is not None else theta
 
     def residuals(theta: np.ndarray) -> np.ndarray:
-        u0, u1, log_mid, b = theta
+        u0, u1, log_mid, b = full(theta)
         s = expit(b * (log_c - log_mid))
         r0 = lo + width * u0
         return r0 + (hi - r0) * u1 * s - v
 
     def jacobian(theta: np.ndarray) -> np.ndarray:
-        u0, u1, log_mid, b = theta
+        u0, u1, log_mid, b = full(theta)
         s = expit(b * (log_c - log_mid))
         gain = width * (1.0 - u0) * u1  # A - R0
         slope = gain * s * (1.0 - s)
         return np.stack(
             [width * (1.0 - u1 * s), width * (1.0 - u0) * s, -b * slope, (log_c - log_mid) * slope],
             axis=1,
-        )
+        )[:, free]
 
     # Start strictly inside the box: on a bound the u-parameterisation can have a zero column.
-    lower, upper = box
-    x0 = np.clip(x0, lower + 1e-6 * (upper - lower), upper - 1e-6 * (upper - lower))
-    return least_squares(
-        residuals, x0, jac=jacobian, bounds=box, loss=loss, f_scale=f_scale, x_scale="jac"
+    lower, upper = box[0][free], box[1][free]
+    start = np.clip(np.asarray(x0, dtype=np.float64)[free], lower + 1e-6 * (upper - lower),
+                    upper - 1e-6 * (upper - lower))
+    run = least_squares(
+        residuals, start, jac=jacobian, bounds=(lower, upper), loss=loss, f_scale=f_scale, x_scale="jac"
     )
+    run.x = full(run.x)
+    return run
 
 
 def fit_sigmoid(
@@ -221,8 +233,10 @@ def fit_sigmoid(
     seed: int = 0,
     f_scale: float | None = None,
     value_bounds: tuple[float, float] | None = None,
+    R0: float | None = None,
+    start: dict[str, float] | None = None,
 ) -> SigmoidFit:
-    """Fit :func:`sigmoid` to one config's (record) points, with bootstrap refits.
+    """Fit :func:`sigmoid` to one config's points, with bootstrap refits.
 
     Uses ``scipy.optimize.least_squares`` with a robust ``loss`` under the bounds
     ``lo <= R0 <= A <= hi`` (see the module docstring for ``[lo, hi]``), ``B`` in
@@ -234,7 +248,9 @@ def fit_sigmoid(
     Bootstrap: ``bootstrap`` resamples of the points with replacement (a
     ``numpy.random.default_rng(seed)``), each refitted from the full-data fit; resamples with
     fewer than :data:`MIN_POINTS` distinct compute values and refits that do not converge are
-    skipped.
+    skipped. Resampling points treats them as independent, which the points of one learning
+    curve are not: the sweep analysis (:mod:`isosweep.report.analysis`) calls this with
+    ``bootstrap=0`` and resamples seeds and eval problems itself.
 
     Args:
         compute: ``(points,)``, compute in rollouts, ``> 0``.
@@ -246,6 +262,10 @@ def fit_sigmoid(
             squares. ``None``: 1.4826 x the median absolute residual of a first robust fit
             (a MAD estimate of the noise), so outliers are judged against the curve's own noise.
         value_bounds: ``(lo, hi)`` for ``R0`` and ``A``, overriding the default.
+        R0: the value at ``C -> 0`` when it is known (the base model's measured value): held
+            fixed, so only ``A``, ``C_mid`` and ``B`` are fitted. Clipped into ``[lo, hi]``.
+        start: parameters to start from (e.g. the full-data fit when refitting a resample):
+            one ``least_squares`` run from there instead of the four data-derived starts.
 
     Returns:
         a :class:`SigmoidFit`.
@@ -263,29 +283,40 @@ def fit_sigmoid(
         raise ValueError(f"bootstrap must be >= 0, got {bootstrap}")
     if f_scale is not None and not f_scale > 0:
         raise ValueError(f"f_scale must be > 0, got {f_scale}")
-    lo, hi = _value_bounds(v) if value_bounds is None else map(float, value_bounds)
+    if R0 is not None and not np.isfinite(R0):
+        raise ValueError(f"R0 must be finite, got {R0}")
+    lo, hi = _value_bounds(v if R0 is None else np.append(v, R0)) if value_bounds is None else map(float, value_bounds)
     if not lo < hi:
         raise ValueError(f"value_bounds must have lo < hi, got ({lo}, {hi})")
+    fixed_u0 = None if R0 is None else float(np.clip((R0 - lo) / (hi - lo), 0.0, 1.0 - 1e-9))
 
     log_c = np.log(c)
     box = (
         np.array([0.0, 0.0, log_c.min() - np.log(C_MID_RANGE), B_BOUNDS[0]]),
         np.array([1.0, 1.0, log_c.max() + np.log(C_MID_RANGE), B_BOUNDS[1]]),
     )
-    # Initial guesses from the data, in the u-space: R0 at the smallest value, A at the largest.
-    r0 = np.clip(v.min(), lo, hi)
+    # Initial guesses from the data, in the u-space: R0 at the smallest value (or the known one), A at the largest.
+    r0 = np.clip(v.min(), lo, hi) if R0 is None else lo + (hi - lo) * fixed_u0
     u0 = (r0 - lo) / (hi - lo)
     u1 = (np.clip(v.max(), lo, hi) - r0) / (hi - r0) if hi > r0 else 0.5
+    u1 = float(np.clip(u1, 0.0, 1.0))
     order = np.argsort(c, kind="stable")
     running = np.maximum.accumulate(v[order])
     crossing = log_c[order][np.argmax(running >= (v.min() + v.max()) / 2.0)]
-    starts = [np.array([u0, u1, m, b]) for m in (crossing, log_c.mean()) for b in (1.0, 3.0)]
+    if start is not None:
+        s_r0, s_a = float(start["R0"]), float(start["A"])
+        s_u0 = (s_r0 - lo) / (hi - lo) if fixed_u0 is None else fixed_u0
+        s_r0 = lo + (hi - lo) * s_u0
+        s_u1 = (s_a - s_r0) / (hi - s_r0) if hi > s_r0 else 0.5
+        starts = [np.array([s_u0, float(np.clip(s_u1, 0.0, 1.0)), np.log(start["C_mid"]), start["B"]])]
+    else:
+        starts = [np.array([u0, u1, m, b]) for m in (crossing, log_c.mean()) for b in (1.0, 3.0)]
 
     span = float(np.ptp(v)) or 1.0
     scale = 0.05 * span if f_scale is None else f_scale
 
     def best_of(x0s: list[np.ndarray], scale: float) -> OptimizeResult:
-        runs = [_fit_once(log_c, v, x0, box, (lo, hi), loss, scale) for x0 in x0s]
+        runs = [_fit_once(log_c, v, x0, box, (lo, hi), loss, scale, fixed_u0) for x0 in x0s]
         return min(runs, key=lambda r: (not r.success, r.cost))
 
     best = best_of(starts, scale)
@@ -300,7 +331,7 @@ def fit_sigmoid(
         idx = rng.integers(0, len(c), len(c))
         if len(np.unique(c[idx])) < MIN_POINTS:
             continue
-        run = _fit_once(log_c[idx], v[idx], best.x, box, (lo, hi), loss, scale)
+        run = _fit_once(log_c[idx], v[idx], best.x, box, (lo, hi), loss, scale, fixed_u0)
         if run.success:
             boot.append(_to_params(run.x, lo, hi))
 
@@ -310,7 +341,35 @@ def fit_sigmoid(
         n=len(c),
         success=bool(best.success),
         boot=np.array(boot, dtype=np.float64).reshape(-1, 4),
+        bounds=(float(lo), float(hi)),
     )
+
+
+IDENTIFIED_GAIN = 0.75
+"""A fit is identified only if its curve reaches this fraction of its fitted gain within the data."""
+
+
+def identification(fit: SigmoidFit, c_max: float) -> list[str]:
+    """Why ``fit``'s plateau or midpoint is not pinned down by data reaching ``c_max`` (empty: identified).
+
+    - ``A`` on its upper bound: the data never showed the curve flattening, so the plateau is
+      only "at least this"; extrapolating it is guesswork.
+    - less than :data:`IDENTIFIED_GAIN` of the fitted gain ``A - R0`` reached by ``c_max``: the
+      data have not shown the bend (with ``C_mid`` near or beyond ``c_max``, ``A`` and ``C_mid``
+      trade off against each other and neither is measured).
+    - ``B`` on a bound of :data:`B_BOUNDS`: the slope is set by the box, not the data.
+    """
+    p, (lo, hi) = fit.params, fit.bounds
+    issues = []
+    if p["A"] >= hi - 1e-3 * (hi - lo):
+        issues.append(f"plateau A on its bound {hi:g}")
+    reached = float(expit(p["B"] * (np.log(c_max) - np.log(p["C_mid"]))))
+    if reached < IDENTIFIED_GAIN:
+        issues.append(f"only {reached:.0%} of its fitted gain reached within the data (C_mid {p['C_mid']:,.0f}, "
+                      f"C_max {c_max:,.0f})")
+    if not B_BOUNDS[0] * 1.01 < p["B"] < B_BOUNDS[1] * 0.99:
+        issues.append(f"slope B on its bound ({p['B']:.3g})")
+    return issues
 
 
 FRONTIER_FIELDS = ("C", "config", "value", "low", "high")
