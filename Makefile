@@ -4,6 +4,7 @@
 #   make trial TRIAL=sweeps/trials/easy.yaml OUT=runs/easy [SET="budget=20000 Bp=16 n=8"]
 #   make ais-study [BUDGET=20000]   bf16 vs fp8 rollouts, none/tis/ais corrections -> dashboards/ais-study
 #   make calibrate [BUDGET=20000]   the learning-rate pilot behind the default lr_ref -> dashboards/calibration
+#   make validate-stats             the frontier statistics checked on synthetic sweeps -> dashboards/methods
 #   make bench                      isosweep vs TRL vs a plain loop, engine throughput, a trial's time split
 #                                   -> bench/results.json
 #   make hpo-bench [PART=synthetic|real]  JF-HPO vs random / ASHA: Hartmann test function (seconds) and tiny-family
@@ -34,7 +35,7 @@ STUDY_BUDGET ?=
 RUNS ?= runs/sweeps
 DASHBOARDS ?= dashboards
 
-.PHONY: hpo-bench cluster-up cluster-down submit venv browser test models trial ais-study calibrate bench sweep frontier ui ui-stop clean
+.PHONY: hpo-bench cluster-up cluster-down submit venv browser test models trial ais-study calibrate validate-stats bench sweep frontier ui ui-stop clean
 
 venv: $(STAMP)
 
@@ -65,6 +66,9 @@ trial: $(STAMP)
 
 ais-study: $(STAMP)
 	$(BIN)/isosweep ais-study --budget $(or $(BUDGET),20000) --out dashboards/ais-study
+
+validate-stats: $(STAMP)
+	$(BIN)/isosweep validate-stats --out dashboards/methods
 
 calibrate: $(STAMP)
 	$(BIN)/isosweep calibrate --budget $(or $(BUDGET),20000) --out dashboards/calibration

@@ -4,6 +4,7 @@
     isosweep models build [--sizes tiny-1m ...] [--task arithmetic] [--seed 0]
     isosweep ais-study [--budget 20000] [--out dashboards/ais-study]
     isosweep calibrate [--budget 20000] [--out dashboards/calibration]
+    isosweep validate-stats [--repeats 20] [--out dashboards/methods]
     isosweep bench [--out bench/results.json]
     isosweep sweep sweeps/isocompute-easy.yaml [--budget 1e5] [--dry-run] [--address auto]
     isosweep frontier <sweep-id>          redo a sweep's frontier analysis from MLflow alone
@@ -75,6 +76,13 @@ def _calibrate(args: argparse.Namespace) -> None:
     chosen, rows = run_pilot(args.out, args.budget, extra=args.set, address=args.address)
     print((Path(args.out) / "summary.md").read_text())
     print(f"[calibrate] {len(rows)} trials; pilot.csv, summary.md and calibration.png in {args.out}")
+
+
+def _validate_stats(args: argparse.Namespace) -> None:
+    from isosweep.experiments.stats_validation import validate, write_report  # SciPy, the fitting
+
+    path = write_report(validate(args.repeats, args.bootstrap, args.seed), args.out)
+    print(path.read_text())
 
 
 def _bench(args: argparse.Namespace) -> None:
@@ -221,6 +229,14 @@ def main(argv: list[str] | None = None) -> int:
     pilot.add_argument("--out", default="dashboards/calibration", help="output directory (default: dashboards/calibration)")
     pilot.add_argument("--address", default=None, help="Ray cluster to join; default: a local Ray")
     pilot.set_defaults(run=_calibrate)
+
+    check = commands.add_parser("validate-stats", help="the frontier statistics on synthetic sweeps with a known truth "
+                                "(recovery, coverage, ties, decision hold-out)")
+    check.add_argument("--repeats", type=int, default=20, help="synthetic sweeps per check (default: 20)")
+    check.add_argument("--bootstrap", type=int, default=100, help="bootstrap replicates per analysis (default: 100)")
+    check.add_argument("--seed", type=int, default=0, help="seed of the synthetic data (default: 0)")
+    check.add_argument("--out", default="dashboards/methods", help="output directory (default: dashboards/methods)")
+    check.set_defaults(run=_validate_stats)
 
     bench = commands.add_parser("bench", help="isosweep vs TRL vs a plain loop, engine throughput, "
                                    "one trial's time split")
