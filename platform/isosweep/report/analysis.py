@@ -561,7 +561,8 @@ def write_csv(analysis: Analysis, path: Path) -> None:
 
 
 def plot_frontier(analysis: Analysis) -> bytes:
-    """One panel per metric: each config's eval curve (thin), records (dots), fit (line), frontier (black)."""
+    """One panel per metric: each config's eval curves (thin), each seed's running best (dots: the fitted
+    points), fit (line), frontier (black)."""
     plt = pyplot()
 
     names = list(analysis.metrics)
