@@ -13,12 +13,14 @@ from pathlib import Path
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from isosweep.algo.estimators import best_at_k, mean_at_k, worst_at_k
 from isosweep.rollout import vllm_available
 from isosweep.rollout.hf import HFEngine
 from isosweep.spec.trial import load_trial
 from isosweep.tasks import Problem
+from isosweep.track.curves import COUNTS_KEY, EVAL_SET_KEY, SAMPLES_KEY
 from isosweep.trial.files import CHECKPOINTS, TrialDir
-from isosweep.trial.loop import batch_problems, eval_correct, problem_sets, train_loop
+from isosweep.trial.loop import batch_problems, eval_correct, evaluate, problem_sets, train_loop
 
 ROOT = Path(__file__).resolve().parents[2]
 EASY = ROOT / "sweeps" / "trials" / "easy.yaml"
@@ -31,6 +33,26 @@ def test_batch_problems_are_a_pure_function_of_seed_and_step():
     assert sorted(first_epoch) == sorted(p.prompt for p in train)  # one epoch covers every problem once
     assert batch_problems(train, 4, 7, seed=3) == batch_problems(train, 4, 7, seed=3)
     assert [p.prompt for s in range(5) for p in batch_problems(train, 2, s, 4)] != first_epoch
+
+
+def test_the_eval_set_is_the_same_for_every_training_seed_and_its_counts_give_the_logged_metrics(base_model):
+    """Trials of one task, band and base model are scored on identical problems whatever their seed (so
+    configs and seeds pair problem by problem), and the saved counts reproduce every logged statistic."""
+    engine = HFEngine(AutoModelForCausalLM.from_pretrained(base_model), AutoTokenizer.from_pretrained(base_model),
+                      8, 1.0)
+    sets = [problem_sets(load_trial(EASY, [*SHORT, f"seed={seed}"]), str(base_model), engine) for seed in (0, 1, 5)]
+    assert sets[0].eval == sets[1].eval == sets[2].eval and len(sets[0].eval) == 32
+    assert sets[0].train == sets[1].train  # the pool is the seed's to order (batch_problems), not to choose
+
+    cfg = load_trial(EASY, SHORT)
+    result = evaluate(engine, sets[0].eval, cfg)
+    counts, samples, k = result[COUNTS_KEY], result[SAMPLES_KEY], cfg.eval.k
+    assert len(counts) == 32 and samples == cfg.eval.samples and all(0 <= c <= samples for c in counts)
+    for name, estimator in {"mean": mean_at_k, "best": best_at_k, "worst": worst_at_k}.items():
+        assert math.isclose(result[f"eval/{name}@{k}"], float(estimator(counts, samples, k).mean()), abs_tol=1e-9)
+    other = problem_sets(load_trial(EASY, [*SHORT, "task.eval_problems=16"]), str(base_model), engine).eval
+    assert result[EVAL_SET_KEY] == evaluate(engine, sets[1].eval, cfg)[EVAL_SET_KEY]
+    assert evaluate(engine, other, cfg)[EVAL_SET_KEY] != result[EVAL_SET_KEY]
 
 
 def test_short_trial_writes_metrics_and_checkpoints(base_model, tmp_path):
