@@ -34,7 +34,7 @@ from isosweep.spec.trial import load_trial
 from isosweep.trial.files import TrialDir
 from isosweep.trial.job import ray_init, run_trial
 
-LRS = (1e-5, 2.5e-5, 6.3e-5, 1.6e-4, 4e-4)
+LRS = (4e-6, 1e-5, 2.5e-5, 6.3e-5, 1.6e-4)
 SEEDS = (0, 1)
 COLLAPSE_DROP = 0.03
 PEAK_DROP = 0.10
@@ -137,8 +137,12 @@ def write_outputs(out: Path, rows: list[dict], chosen: float | None, per_lr: dic
             cells.append(f"{statistics.fmean(gains):+.3f} ± {half:.3f}" + (" ✗" if not all(r["healthy"] for r in mine)
                                                                            else ""))
         lines.append(f"| {lr:g} | " + " | ".join(cells) + f" | {'yes' if verdict['healthy'] else 'no'} |")
-    lines += ["", f"**Pick**: lr_ref = {chosen:g}" if chosen is not None else "**Pick**: none healthy at both batches",
-              "", "Unhealthy trials:", ""]
+    lines += ["", f"**Pick**: lr_ref = {chosen:g}" if chosen is not None else "**Pick**: none healthy at both batches"]
+    if chosen is not None and len(per_lr) > 1 and chosen in (min(per_lr), max(per_lr)):
+        side = "smallest" if chosen == min(per_lr) else "largest"
+        lines += ["", f"The pick is the {side} lr_ref tried: the best healthy value may lie beyond it. Extend the grid "
+                      f"{'down' if side == 'smallest' else 'up'} before reading it as an optimum."]
+    lines += ["", "Unhealthy trials:", ""]
     lines += [f"- lr {r['lr_ref']:g}, batch {r['batch']}, seed {r['seed']}: {r['problems']}"
               for r in rows if not r["healthy"]] or ["- none"]
     (out / "summary.md").write_text("\n".join(lines) + "\n")

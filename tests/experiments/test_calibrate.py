@@ -1,0 +1,80 @@
+"""The learning-rate pilot's judgement of a trial, its pick and its summary (on made-up trials)."""
+
+from pathlib import Path
+
+import pytest
+
+from isosweep.experiments.calibrate import (
+    COLLAPSE_DROP,
+    KL_MAX,
+    PEAK_DROP,
+    grid_batches,
+    judge,
+    pick,
+    write_outputs,
+)
+
+SWEEP = Path(__file__).parents[2] / "sweeps" / "isocompute-easy.yaml"
+
+
+def trial(values, entropy=(0.4, 0.4, 0.4), kl=(0.01, 0.01, 0.01)):
+    records = [{"rollouts": 1000 * i, "eval/mean@4": v} for i, v in enumerate(values)]
+    steps = [{"train/entropy": e, "train/kl": x} for e, x in zip(entropy, kl)]
+    return records, steps
+
+
+def test_gain_is_the_mean_of_the_last_two_evals_minus_the_base():
+    verdict = judge(*trial([0.60, 0.62, 0.66, 0.70]), k=4)
+    assert verdict["gain"] == pytest.approx(0.68 - 0.60) and verdict["healthy"] and verdict["problems"] == ""
+
+
+@pytest.mark.parametrize("values, entropy, kl, problem", [
+    ([0.60, 0.60 - COLLAPSE_DROP - 0.01, 0.62, 0.63], None, None, "fell to"),
+    ([0.60, 0.80, 0.80 - PEAK_DROP - 0.02, 0.80 - PEAK_DROP - 0.02], None, None, "below its best"),
+    ([0.60, 0.62, 0.63, 0.64], (0.4, 0.05, 0.05), None, "entropy"),
+    ([0.60, 0.62, 0.63, 0.64], None, (0.01, KL_MAX * 2, KL_MAX * 2), "KL"),
+])
+def test_each_health_rule_flags_its_failure(values, entropy, kl, problem):
+    verdict = judge(*trial(values, entropy or (0.4, 0.4, 0.4), kl or (0.01, 0.01, 0.01)), k=4)
+    assert not verdict["healthy"] and problem in verdict["problems"]
+
+
+def test_a_dip_within_the_collapse_margin_is_healthy():
+    assert judge(*trial([0.60, 0.60 - COLLAPSE_DROP / 2, 0.62, 0.63]), k=4)["healthy"]
+
+
+def rows(table):
+    """``{lr: {batch: [(gain, healthy) per seed]}}`` as pilot rows."""
+    return [{"lr_ref": lr, "batch": b, "seed": s, "gain": g, "healthy": h, "Bp": 16, "n": b // 16,
+             "problems": "" if h else "fell", "_records": trial([0.6, 0.6 + g, 0.6 + g])[0]}
+            for lr, by_batch in table.items() for b, seeds in by_batch.items() for s, (g, h) in enumerate(seeds)]
+
+
+def test_the_pick_is_the_best_worst_batch_gain_among_lrs_healthy_at_both_batches():
+    table = {1e-5: {64: [(0.02, True)] * 2, 512: [(0.01, True)] * 2},
+             3e-5: {64: [(0.06, True)] * 2, 512: [(0.03, True)] * 2},
+             1e-4: {64: [(0.20, True)] * 2, 512: [(0.02, True)] * 2},     # better at 64, worse at 512
+             3e-4: {64: [(0.30, True), (0.30, False)], 512: [(0.3, True)] * 2}}  # one unhealthy seed
+    chosen, per_lr = pick(rows(table))
+    assert chosen == 3e-5
+    assert per_lr[1e-4]["worst_gain"] == pytest.approx(0.02) and not per_lr[3e-4]["healthy"]
+
+
+def test_nothing_is_picked_when_no_lr_is_healthy_everywhere():
+    assert pick(rows({1e-5: {64: [(0.1, False)], 512: [(0.1, True)]}}))[0] is None
+
+
+def test_the_summary_says_when_the_pick_is_at_the_edge_of_the_grid(tmp_path):
+    table = {1e-5: {64: [(0.02, True)] * 2, 512: [(0.01, True)] * 2},
+             3e-5: {64: [(0.06, True)] * 2, 512: [(-0.03, False)] * 2}}
+    data = rows(table)
+    chosen, per_lr = pick(data)
+    write_outputs(tmp_path, data, chosen, per_lr, 20000, Path("easy.yaml"))
+    summary = (tmp_path / "summary.md").read_text()
+    assert "lr_ref = 1e-05" in summary and "smallest lr_ref tried" in summary and "Extend the grid down" in summary
+    assert (tmp_path / "pilot.csv").read_text().count("\n") == len(data) + 1 and (tmp_path / "calibration.png").exists()
+
+
+def test_the_pilot_batches_are_the_smallest_and_largest_of_the_default_grid():
+    (bp_small, n_small), (bp_large, n_large) = grid_batches(SWEEP)
+    assert bp_small * n_small < bp_large * n_large
