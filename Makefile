@@ -5,6 +5,7 @@
 #   make ais-study [BUDGET=20000]   bf16 vs fp8 rollouts, none/tis/ais corrections -> dashboards/ais-study
 #   make calibrate [BUDGET=20000]   the learning-rate pilot behind the default lr_ref -> dashboards/calibration
 #   make validate-stats             the frontier statistics checked on synthetic sweeps -> dashboards/methods
+#   make report                     the papers' claims tested on the studies in dashboards/ -> dashboards/REPORT.md
 #   make bench                      isosweep vs TRL vs a plain loop, engine throughput, a trial's time split
 #                                   -> bench/results.json
 #   make hpo-bench [PART=synthetic|real]  JF-HPO vs random / ASHA: Hartmann test function (seconds) and tiny-family
@@ -35,7 +36,7 @@ STUDY_BUDGET ?=
 RUNS ?= runs/sweeps
 DASHBOARDS ?= dashboards
 
-.PHONY: hpo-bench cluster-up cluster-down submit venv browser test models trial ais-study calibrate validate-stats bench sweep frontier ui ui-stop clean
+.PHONY: hpo-bench cluster-up cluster-down submit venv browser test models trial ais-study calibrate validate-stats report bench sweep frontier ui ui-stop clean
 
 venv: $(STAMP)
 
@@ -69,6 +70,9 @@ ais-study: $(STAMP)
 
 validate-stats: $(STAMP)
 	$(BIN)/isosweep validate-stats --out dashboards/methods
+
+report: $(STAMP)
+	$(BIN)/isosweep report --dashboards $(DASHBOARDS)
 
 calibrate: $(STAMP)
 	$(BIN)/isosweep calibrate --budget $(or $(BUDGET),20000) --out dashboards/calibration

@@ -5,6 +5,7 @@
     isosweep ais-study [--budget 20000] [--out dashboards/ais-study]
     isosweep calibrate [--budget 20000] [--out dashboards/calibration]
     isosweep validate-stats [--repeats 20] [--out dashboards/methods]
+    isosweep report [--dashboards dashboards]   the papers' claims tested on the studies -> REPORT.md
     isosweep bench [--out bench/results.json]
     isosweep sweep sweeps/isocompute-easy.yaml [--budget 1e5] [--dry-run] [--address auto]
     isosweep frontier <sweep-id>          redo a sweep's frontier analysis from MLflow alone
@@ -28,6 +29,7 @@ import webbrowser
 from pathlib import Path
 
 from isosweep.models.sizes import SIZES
+from isosweep.report.studies import write_report as write_study_report
 from isosweep.run.plan import plan
 from isosweep.run.submit import how_to_follow, ray_cli, submit
 from isosweep.spec.grid import Sweep
@@ -83,6 +85,12 @@ def _validate_stats(args: argparse.Namespace) -> None:
 
     path = write_report(validate(args.repeats, args.bootstrap, args.seed), args.out)
     print(path.read_text())
+
+
+def _report(args: argparse.Namespace) -> None:
+    path = write_study_report(args.dashboards)
+    print(path.read_text())
+    print(f"[report] {path}")
 
 
 def _bench(args: argparse.Namespace) -> None:
@@ -237,6 +245,11 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--seed", type=int, default=0, help="seed of the synthetic data (default: 0)")
     check.add_argument("--out", default="dashboards/methods", help="output directory (default: dashboards/methods)")
     check.set_defaults(run=_validate_stats)
+
+    study_report = commands.add_parser("report", help="the papers' claims tested on the studies in DASHBOARDS "
+                                       "-> DASHBOARDS/REPORT.md")
+    study_report.add_argument("--dashboards", default="dashboards", help="the study folders (default: dashboards)")
+    study_report.set_defaults(run=_report)
 
     bench = commands.add_parser("bench", help="isosweep vs TRL vs a plain loop, engine throughput, "
                                    "one trial's time split")

@@ -30,6 +30,9 @@ per-problem correct counts). For each metric (``mean@k``, ``best@k``, ``worst@k`
 6. **Hold-outs**: each config's fit on ``C <= C_max / 4`` predicting its value at ``C_max``, and
    the *decision* hold-out: every config fitted on ``C <= C_max / 4``, the predicted winner at
    ``C_max`` compared with the observed one (mean over seeds of the running best).
+7. **n trend**: at the largest table C that two n of one Bp reach, the change of the fitted value
+   per doubling of n at fixed Bp (:func:`n_trend`), with its interval over the same replicates:
+   which metric a larger n buys at a fixed compute.
 """
 
 from __future__ import annotations
@@ -87,6 +90,8 @@ class MetricAnalysis:
     """The base model's measured value (R0 of every fit), None if no trial evaluated at compute 0."""
     replicates: int = 0
     """Bootstrap replicates behind P(best) and the intervals."""
+    trend: dict = field(default_factory=dict)
+    """How the fitted value moves with n at a fixed C (see :func:`n_trend`)."""
 
 
 @dataclass
@@ -100,9 +105,15 @@ class Analysis:
     curves: list[Curve] = field(repr=False)
     noise: str = ""
     """What the bootstrap resampled (seeds, paired eval problems, or jitter for trials without counts)."""
+    difficulty: str = ""
+    """The task's difficulty band (easy | hard) where the caller knows it."""
+
+    def seeds(self) -> list[int]:
+        return sorted({int(c.fields["seed"]) for c in self.curves if "seed" in c.fields})
 
     def to_json(self) -> dict:
         out = {"title": self.title, "study": self.study, "budget": self.budget, "primary": self.primary,
+               "difficulty": self.difficulty, "seeds": self.seeds(), "trials": len(self.curves),
                "configs": self.configs, "gains": gains(self), "noise": self.noise, "metrics": {}}
         for name, m in self.metrics.items():
             out["metrics"][name] = {
@@ -118,6 +129,7 @@ class Analysis:
                 "holdout": m.holdout,
                 "decision_holdout": m.decision,
                 "bootstrap_replicates": m.replicates,
+                "n_trend": m.trend,
             }
         return json.loads(json.dumps(out, default=_json_default).replace("NaN", "null"))
 
@@ -331,6 +343,37 @@ def frontier_rows(keys: list[str], configs: dict[str, dict], grid: np.ndarray, f
     return rows
 
 
+def n_slope(values: np.ndarray, configs: list[dict]) -> float:
+    """The change of ``values`` (one per config) per doubling of n at a fixed Bp: the least-squares slope
+    on log2 n within each Bp that has at least two n with a value, averaged over those Bps (nan if none)."""
+    slopes = []
+    for bp in sorted({cfg["Bp"] for cfg in configs}):
+        pts = [(math.log2(cfg["n"]), v) for cfg, v in zip(configs, values) if cfg["Bp"] == bp and not np.isnan(v)]
+        if len({x for x, _ in pts}) >= 2:
+            x, y = np.array(pts).T
+            slopes.append(float(np.sum((x - x.mean()) * (y - y.mean())) / np.sum((x - x.mean()) ** 2)))
+    return float(np.mean(slopes)) if slopes else math.nan
+
+
+def n_trend(keys: list[str], configs: dict[str, dict], grid: np.ndarray, full: np.ndarray, reps: np.ndarray) -> dict:
+    """How the fitted value moves as n grows at a fixed C: :func:`n_slope` at the largest C of ``grid``
+    where at least two n of one Bp have a fit reaching it, with its 90% interval over the replicates.
+    ``grows``/``falls`` only when the interval excludes 0; otherwise ``tie``. Empty if no such C."""
+    cfgs = [configs[key] for key in keys]
+    for j in range(len(grid) - 1, -1, -1):
+        slope = n_slope(full[:, j], cfgs)
+        if math.isnan(slope):
+            continue
+        reps_slopes = np.array([n_slope(rep[:, j], cfgs) for rep in reps]) if len(reps) else np.empty(0)
+        reps_slopes = reps_slopes[~np.isnan(reps_slopes)]
+        low, high = (float(q) for q in np.quantile(reps_slopes, [0.05, 0.95])) if len(reps_slopes) else (math.nan,
+                                                                                                           math.nan)
+        direction = "tie" if math.isnan(low) or low <= 0.0 <= high else ("grows" if low > 0 else "falls")
+        return {"C": float(grid[j]), "slope_per_doubling": slope, "low": low, "high": high, "direction": direction,
+                "n": sorted({cfg["n"] for cfg, v in zip(cfgs, full[:, j]) if not np.isnan(v)})}
+    return {}
+
+
 def allocation_verdict(rows: list[dict], grid_n: list[int]) -> tuple[float | None, str]:
     """The saturation point (or None) and the verdict in words (module docstring, step 5)."""
     fitted = [r for r in rows if r["config"] is not None]
@@ -387,7 +430,7 @@ def decision_holdout(pairs_by_config: dict[str, list[tuple[Curve, np.ndarray]]],
 
 
 def analyse(curves: list[Curve], *, title: str, study: str, budget: int, primary: str, points: int = 8,
-            bootstrap: int = 200, seed: int = 0) -> Analysis:
+            bootstrap: int = 200, seed: int = 0, difficulty: str = "") -> Analysis:
     """Fit every config on every metric the curves carry, build each frontier with its bootstrap statistics."""
     if not curves:
         raise ValueError("no trial has any evaluation yet: nothing to analyse")
@@ -452,10 +495,11 @@ def analyse(curves: list[Curve], *, title: str, study: str, budget: int, primary
             row["identified"] = row["config"] is not None and not identified.get(row["config"])
         fine_rows = frontier_rows(keys, configs, fine, full[:, len(grid):], reps_arr[:, :, len(grid):])
         saturation, verdict = allocation_verdict(fine_rows, sorted({cfg["n"] for cfg in configs.values()}))
+        trend = n_trend(keys, configs, grid, full[:, :len(grid)], reps_arr[:, :, :len(grid)])
         results[metric] = MetricAnalysis(metric, fits, unfitted, records, rows, saturation, holdout, identified,
-                                         verdict, decision_holdout(groups, base), base, len(replicates))
+                                         verdict, decision_holdout(groups, base), base, len(replicates), trend)
     return Analysis(title=title, study=study, budget=budget, primary=primary, metrics=results,
-                    configs=configs, curves=curves, noise=sampler.describe())
+                    configs=configs, curves=curves, noise=sampler.describe(), difficulty=difficulty)
 
 
 def gains(analysis: Analysis) -> dict[str, dict[str, float]]:
@@ -520,6 +564,12 @@ def table_text(analysis: Analysis, metric: str | None = None) -> str:
                      + (f", value error {fmt(d['abs_error'])}" if d["abs_error"] is not None else ""))
     elif d:
         lines.append(f"decision hold-out: not possible ({d['reason']})")
+    t = m.trend
+    if t:
+        lines.append(f"n trend at C = {t['C']:,.0f} (fixed Bp, n in {t['n']}): {t['slope_per_doubling']:+.4f} per doubling "
+                     f"of n, 90% CI [{fmt(t['low'], '+.4f')}, {fmt(t['high'], '+.4f')}] -> "
+                     + {"grows": "grows with n", "falls": "falls with n", "tie": "no trend beyond the noise"}[
+                         t["direction"]])
     moved = gains(analysis)
     if moved:
         lines.append("gain over the base model (compute 0) to the best observed by C_max: " + ", ".join(

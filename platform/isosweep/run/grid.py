@@ -124,7 +124,7 @@ def frontier_report(uri: str, sweep_id: str, out: str | Path | None, dashboards:
     curves = runs.read_curves(client, sweep_id, k)
     analysis = analyse(curves, title=sweep_id, study=tags["isosweep.study"], budget=int(params["sweep.budget"]),
                        primary=metric.split("/")[1], points=int(params["spec.frontier.points"]),
-                       bootstrap=int(params["spec.frontier.bootstrap"]))
+                       bootstrap=int(params["spec.frontier.bootstrap"]), difficulty=tags.get("isosweep.difficulty", ""))
     paths = write_outputs(analysis, out)
     for path in paths.values():
         client.log_artifact(parent.info.run_id, str(path), artifact_path="frontier")

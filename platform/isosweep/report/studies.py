@@ -1,0 +1,303 @@
+"""The study report: each claim of the papers behind isosweep, tested on the studies in ``dashboards/``.
+
+Input is what ``make sweep`` (or ``isosweep frontier <id> --dashboards ...``) writes per study: a
+folder with ``fits.json``, the frontier analysis of :mod:`isosweep.report.analysis`. Only
+analyses of the current method (each seed's running best, ``R0`` fixed, paired bootstrap: their
+JSON carries ``seeds`` and per-metric ``n_trend``) give verdicts; folders from the earlier method
+are listed as such and not used. The AIS comparison (``ais-study/table.csv``), the learning-rate
+pilot (``calibration/summary.md``) and the synthetic validation of the statistics
+(``methods/validation.json``) are read where present.
+
+Each claim gets the test, the numbers with their intervals and a verdict:
+
+- **supported** / **contradicted**: the data decide, beyond their noise (a 90% interval that
+  excludes the alternative; a tie decides nothing);
+- **not resolvable at this scale**: ties, a grid edge, one seed, no study: with what it would take.
+
+    isosweep report --dashboards dashboards     # -> dashboards/REPORT.md
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from isosweep.report.tables import fmt
+
+SUPPORTED, CONTRADICTED, UNRESOLVED, UNTESTED = ("supported", "contradicted", "not resolvable at this scale",
+                                                 "not tested")
+
+
+@dataclass
+class Study:
+    folder: str
+    data: dict
+
+    @property
+    def current(self) -> bool:
+        """Analysed with the current method (the only ones a verdict may rest on)."""
+        return "seeds" in self.data and all("n_trend" in m for m in self.data["metrics"].values())
+
+    @property
+    def difficulty(self) -> str:
+        return self.data.get("difficulty") or ("hard" if "hard" in self.data["title"] else
+                                               "easy" if "easy" in self.data["title"] else "?")
+
+    def metric(self, family: str) -> tuple[str, dict] | None:
+        """The ``(name, analysis)`` of ``mean``/``best``/``worst`` at this study's k, if present."""
+        for name, m in self.data["metrics"].items():
+            if name.split("@")[0] == family:
+                return name, m
+        return None
+
+    def label(self) -> str:
+        seeds = self.data.get("seeds", [])
+        return (f"`{self.folder}` ({self.difficulty}, C = {self.data['budget']:,}, {len(self.data['configs'])} configs, "
+                f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''})")
+
+
+@dataclass
+class Claim:
+    title: str
+    test: str
+    verdict: str = UNTESTED
+    evidence: list[str] = field(default_factory=list)
+    needs: str = ""
+
+
+def load_studies(dashboards: Path) -> list[Study]:
+    """Every ``<folder>/fits.json`` under ``dashboards`` (sorted by folder name)."""
+    out = []
+    for path in sorted(dashboards.glob("*/fits.json")):
+        out.append(Study(path.parent.name, json.loads(path.read_text())))
+    return out
+
+
+def combine(verdicts: list[str]) -> str:
+    """One verdict from several studies': all that decided agree -> theirs; any disagreement -> unresolved."""
+    decided = {v for v in verdicts if v in (SUPPORTED, CONTRADICTED)}
+    if len(decided) == 1:
+        return decided.pop()
+    return UNRESOLVED if verdicts else UNTESTED
+
+
+# --------------------------------------------------------------------------------- the claims
+
+
+def _winners(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r.get("config")]
+
+
+def n_star_claim(studies: list[Study]) -> Claim:
+    """n* grows with C, then saturates (iso-compute studies, the primary metric)."""
+    claim = Claim("n* grows with C, then saturates",
+                  "per iso-compute study, the winner of the primary metric at each C of the frontier table (ties "
+                  "and winners at the edge of the grid decide nothing); growth = an untied n* at a larger C above "
+                  "an untied n* at a smaller C; saturation = the analysis's own verdict (an interior, untied n* "
+                  "over at least 4x in C)")
+    verdicts = []
+    for study in (s for s in studies if s.current and s.data["study"] == "isocompute"):
+        name = study.data["primary"]
+        m = study.data["metrics"][name]
+        rows = _winners(m["frontier"])
+        grid_n = sorted({c["n"] for c in study.data["configs"].values()})
+        untied = [r for r in rows if not r["tie"] and r["n"] not in (grid_n[0], grid_n[-1])]
+        cells = ", ".join(f"C {r['C']:,.0f}: " + (f"tie {r['config']} ~ {r['runner_up']}" if r["tie"] else
+                                                   f"n* {r['n']} (P(best) {r['p_best']:.2f}, n* 90% set "
+                                                   f"{r['n_range']})") for r in rows)
+        claim.evidence.append(f"{study.label()}, {name}: {cells}. Verdict of the analysis: {m['verdict']}")
+        grows = any(b["n"] > a["n"] for i, a in enumerate(untied) for b in untied[i + 1:])
+        shrinks = any(b["n"] < a["n"] for i, a in enumerate(untied) for b in untied[i + 1:])
+        saturates = m.get("saturation_C") is not None and not (isinstance(m["saturation_C"], float)
+                                                              and math.isnan(m["saturation_C"]))
+        if shrinks and not grows:
+            verdicts.append(CONTRADICTED)
+        elif grows and not shrinks and saturates:
+            verdicts.append(SUPPORTED)
+        else:
+            verdicts.append(UNRESOLVED)
+    claim.verdict = combine(verdicts)
+    if claim.verdict != SUPPORTED:
+        claim.needs = ("untied interior winners at several budgets: a grid that brackets n* (n = 2 up to a large n), "
+                       "budgets past the curves' bend, and enough seeds and eval problems that the lead over the "
+                       "runner-up excludes 0")
+    return claim
+
+
+def n_metric_claim(studies: list[Study]) -> Claim:
+    """Easy sets gain worst@k and hard sets best@k as n grows at a fixed C."""
+    claim = Claim("as n grows at a fixed C, easy sets gain worst@k (sharpening) and hard sets best@k (coverage)",
+                  "per iso-compute study, the change of the fitted worst@k (easy) or best@k (hard) per doubling of n "
+                  "at a fixed Bp, at the largest C the configs share, with its 90% bootstrap interval; grows / falls "
+                  "only when the interval excludes 0")
+    verdicts = []
+    for study in (s for s in studies if s.current and s.data["study"] == "isocompute"):
+        family = {"easy": "worst", "hard": "best"}.get(study.difficulty)
+        found = study.metric(family) if family else None
+        if found is None:
+            continue
+        name, m = found
+        t = m.get("n_trend") or {}
+        if not t:
+            claim.evidence.append(f"{study.label()}, {name}: no C where two n of one Bp have fits")
+            verdicts.append(UNRESOLVED)
+            continue
+        context = []
+        for other in ("mean", "best" if family == "worst" else "worst"):
+            o = study.metric(other)
+            if o and o[1].get("n_trend"):
+                ot = o[1]["n_trend"]
+                context.append(f"{o[0]} {ot['slope_per_doubling']:+.4f} [{fmt(ot['low'], '+.4f')}, "
+                               f"{fmt(ot['high'], '+.4f')}]")
+        claim.evidence.append(
+            f"{study.label()}, {name} at C = {t['C']:,.0f}, n in {t['n']}: {t['slope_per_doubling']:+.4f} per doubling "
+            f"of n, 90% CI [{fmt(t['low'], '+.4f')}, {fmt(t['high'], '+.4f')}] ({t['direction']})"
+            + (f"; for comparison {', '.join(context)}" if context else ""))
+        verdicts.append({"grows": SUPPORTED, "falls": CONTRADICTED}.get(t["direction"], UNRESOLVED))
+    claim.verdict = combine(verdicts)
+    if claim.verdict != SUPPORTED:
+        claim.needs = ("an iso-compute study on each difficulty with intervals narrow enough to separate the slope "
+                       "from 0 (more seeds, more eval problems), at budgets where the curves have bent")
+    return claim
+
+
+def fixed_batch_claim(studies: list[Study]) -> Claim:
+    """Under a fixed batch, large Bp wins at small C and large n at large C."""
+    claim = Claim("under a fixed batch Bp·n, many problems (large Bp) win at small C and many samples (large n) at "
+                  "large C",
+                  "per fixed-batch study, the untied winner of the primary metric at the smallest and the largest C "
+                  "of the table: supported when n* grows between them, contradicted when one untied winner holds "
+                  "at both ends or n* falls")
+    verdicts = []
+    for study in (s for s in studies if s.current and s.data["study"] == "fixed-batch"):
+        name = study.data["primary"]
+        rows = _winners(study.data["metrics"][name]["frontier"])
+        if not rows:
+            continue
+        first, last = rows[0], rows[-1]
+        cells = "; ".join(f"C {r['C']:,.0f}: " + (f"tie {r['config']} ~ {r['runner_up']}" if r["tie"] else
+                                                   f"{r['config']} (P(best) {r['p_best']:.2f})") for r in (first, last))
+        claim.evidence.append(f"{study.label()}, {name}: {cells}")
+        if first["tie"] or last["tie"]:
+            verdicts.append(UNRESOLVED)
+        else:
+            verdicts.append(SUPPORTED if last["n"] > first["n"] else CONTRADICTED)
+    claim.verdict = combine(verdicts)
+    if claim.verdict != SUPPORTED:
+        claim.needs = ("`sweeps/fixed-batch.yaml` with >= 2 seeds at a budget where the curves bend, untied winners at "
+                       "both ends of the table")
+    return claim
+
+
+def ais_claim(dashboards: Path) -> Claim:
+    """FP8 rollouts with AIS match bf16 where naive FP8 loses."""
+    claim = Claim("FP8 rollouts with AIS match bf16 where naive FP8 loses",
+                  "`make ais-study`: final mean@k of bf16, naive FP8 and FP8 with TIS / AIS rollouts on each set; "
+                  "the claim needs naive FP8 to lose to bf16 beyond the noise first")
+    path = dashboards / "ais-study" / "table.csv"
+    if not path.exists():
+        claim.needs = "run `make ais-study`"
+        return claim
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    key = next(k for k in rows[0] if k.startswith("final_"))
+    for s in sorted({r["set"] for r in rows}):
+        arms = {r["arm"]: float(r[key]) for r in rows if r["set"] == s}
+        claim.evidence.append(f"{s}: " + ", ".join(f"{arm} {v:.3f}" for arm, v in arms.items())
+                              + (f" (naive FP8 - bf16 = {arms['fp8+none'] - arms['bf16']:+.3f})"
+                                 if {"bf16", "fp8+none"} <= arms.keys() else ""))
+    has_noise = any(k.endswith("_low") or k.startswith("stderr") for k in rows[0])
+    claim.verdict = UNRESOLVED
+    claim.needs = ("" if has_noise else "one seed and no interval per arm: the differences cannot be told from eval "
+                   "noise. ") + ("The claim needs a rollout error large enough that naive training degrades (a ladder "
+                                 "of rollout-copy errors: FP8 weights and activations, fewer weight bits), then TIS and "
+                                 "AIS against it with >= 2 seeds each")
+    return claim
+
+
+def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
+    """Fits predict 4x out."""
+    claim = Claim("the fitted curves predict 4x beyond their data",
+                  "decision hold-out: every config fitted on C <= C_max/4, the predicted winner and its value at C_max "
+                  "against what was observed; on the real studies and on synthetic sweeps with a known truth")
+    hits = []
+    for study in (s for s in studies if s.current):
+        name = study.data["primary"]
+        d = study.data["metrics"][name].get("decision_holdout") or {}
+        if d.get("predicted_config"):
+            hits.append(bool(d["hit"]))
+            claim.evidence.append(f"{study.label()}, {name}: predicted {d['predicted_config']} "
+                                  f"({fmt(d['predicted_value'])}), observed best {d['observed_config']} -> "
+                                  f"{'hit' if d['hit'] else 'miss'}, value error {fmt(d['abs_error'])}")
+        else:
+            claim.evidence.append(f"{study.label()}, {name}: no hold-out ({d.get('reason', 'no data')})")
+    validation = dashboards / "methods" / "validation.json"
+    if validation.exists():
+        v = json.loads(validation.read_text())
+        synthetic = v.get("decision_holdout_hit_rate")
+        if synthetic is not None:
+            claim.evidence.append(f"synthetic sweeps (`methods/`, {v.get('decision_holdout_possible', '?')} hold-outs): "
+                                  f"decision hold-out hit rate {synthetic:.2f}, median value error "
+                                  f"{fmt(v.get('decision_holdout_value_error_median_abs'))}")
+    if not hits:
+        claim.verdict = UNTESTED
+        claim.needs = "a study of the current method whose curves bend within their budget (at least 3 for a verdict)"
+    elif len(hits) >= 3:
+        rate = sum(hits) / len(hits)
+        claim.verdict = SUPPORTED if rate >= 0.75 else CONTRADICTED if rate <= 0.25 else UNRESOLVED
+    else:
+        claim.verdict = UNRESOLVED
+        claim.needs = (f"{len(hits)} real decision hold-out(s) so far: at least 3 studies whose curves bend within "
+                       "their budget")
+    return claim
+
+
+# --------------------------------------------------------------------------------- the report
+
+
+def _pilot_pick(dashboards: Path) -> str | None:
+    summary = dashboards / "calibration" / "summary.md"
+    if not summary.exists():
+        return None
+    return next((line for line in summary.read_text().splitlines() if line.startswith("**Pick**")), None)
+
+
+def build_report(dashboards: str | Path) -> str:
+    """REPORT.md's text from the studies under ``dashboards``."""
+    dashboards = Path(dashboards)
+    studies = load_studies(dashboards)
+    claims = [n_star_claim(studies), n_metric_claim(studies), fixed_batch_claim(studies), ais_claim(dashboards),
+              holdout_claim(studies, dashboards)]
+    lines = ["# What the studies found", "",
+             "Generated by `make report` (`isosweep report`) from the study folders in this directory; every number "
+             "comes from a study's `fits.json` (its frontier analysis, redone from MLflow by `isosweep frontier "
+             "<sweep-id> --dashboards dashboards/<study>`). Verdicts: **supported** or **contradicted** only when "
+             "the data decide beyond their noise (90% intervals from a bootstrap over seeds and paired eval "
+             "problems); a difference inside its interval is a tie and decides nothing.", "",
+             "| claim | verdict |", "| --- | --- |"]
+    lines += [f"| {c.title} | **{c.verdict}** |" for c in claims]
+    for c in claims:
+        lines += ["", f"## {c.title}", "", f"**Verdict: {c.verdict}.**", "", f"Test: {c.test}.", ""]
+        lines += [f"- {e}" for e in c.evidence] or ["- no study of the current method tests this yet"]
+        if c.needs:
+            lines += ["", f"What it would take: {c.needs}."]
+    lines += ["", "## Studies", ""]
+    for s in studies:
+        if s.current:
+            lines.append(f"- {s.label()}: {s.data['trials']} trials, {s.data['noise']}")
+        else:
+            lines.append(f"- `{s.folder}`: analysed with the earlier method (record points only, R0 fitted, one seed, "
+                         "no paired counts): shown in its folder, not used for any verdict above")
+    pick = _pilot_pick(dashboards)
+    if pick:
+        lines += ["", f"Learning rate of the default recipe (`calibration/summary.md`): {pick.replace('**', '')}."]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(dashboards: str | Path) -> Path:
+    path = Path(dashboards) / "REPORT.md"
+    path.write_text(build_report(dashboards))
+    return path

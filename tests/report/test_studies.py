@@ -1,0 +1,125 @@
+"""The n trend of the frontier analysis and the study report's verdicts."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from isosweep.experiments.stats_validation import BUDGET, TRUTH, synthetic_sweep, true_value
+from isosweep.report import studies as S
+from isosweep.report.analysis import analyse, n_slope, write_outputs
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_n_slope_is_the_mean_over_bps_of_each_bps_least_squares_slope_on_log2_n(seed):
+    rng = np.random.default_rng(seed)
+    configs = [{"n": n, "Bp": bp} for bp in (16, 32, 64) for n in (2, 4, 8, 16)]
+    values = rng.uniform(0, 1, len(configs))
+    values[rng.integers(len(values))] = np.nan  # a config without a fit
+    expected = []
+    for bp in (16, 32, 64):
+        pts = [(math.log2(c["n"]), v) for c, v in zip(configs, values) if c["Bp"] == bp and not np.isnan(v)]
+        expected.append(np.polyfit([x for x, _ in pts], [y for _, y in pts], 1)[0])
+    assert n_slope(values, configs) == pytest.approx(np.mean(expected), abs=1e-12)
+
+
+def test_n_slope_needs_two_n_at_one_bp():
+    assert math.isnan(n_slope(np.array([0.5, 0.6]), [{"n": 2, "Bp": 64}, {"n": 4, "Bp": 32}]))
+
+
+def test_the_n_trend_interval_holds_the_true_slope_of_a_synthetic_sweep():
+    curves, offsets = synthetic_sweep(TRUTH, np.random.default_rng(3))
+    analysis = analyse(curves, title="t", study="isocompute", budget=BUDGET, primary="mean@4", bootstrap=60)
+    trend = analysis.metrics["mean@4"].trend
+    assert trend["C"] == pytest.approx(BUDGET)
+    truth = np.array([true_value(TRUTH[key], BUDGET, offsets)[0] for key in analysis.configs])
+    true_slope = n_slope(truth, list(analysis.configs.values()))
+    assert true_slope > 0.015  # the truth grows with n at C_max: n4 0.62, n8 0.69, n16 0.66
+    assert trend["low"] <= true_slope <= trend["high"]
+    assert trend["direction"] == "grows"
+
+
+def test_equal_configs_give_no_trend():
+    same = dict(R0=0.45, A=0.70, C_mid=15_000.0, B=2.0)
+    curves, _ = synthetic_sweep({"n4-Bp16": same, "n8-Bp16": same, "n16-Bp16": same}, np.random.default_rng(1))
+    analysis = analyse(curves, title="t", study="isocompute", budget=BUDGET, primary="mean@4", bootstrap=60)
+    assert analysis.metrics["mean@4"].trend["direction"] == "tie"
+
+
+# --------------------------------------------------------------------------------- verdicts
+
+
+def _row(C, n, tie=False, p_best=0.9):
+    return {"C": C, "config": f"n{n}-Bp16", "n": n, "Bp": 16, "tie": tie, "runner_up": "n2-Bp16", "p_best": p_best,
+            "n_range": [n]}
+
+
+def _study(folder, rows, *, study="isocompute", difficulty="easy", saturation=None, trend=None, ns=(2, 4, 8, 16, 32)):
+    metric = {"frontier": rows, "verdict": "(the analysis's verdict)", "saturation_C": saturation,
+              "n_trend": trend or {}, "decision_holdout": {}}
+    return S.Study(folder, {"title": folder, "study": study, "difficulty": difficulty, "budget": 100_000,
+                            "seeds": [0, 1], "trials": 10, "noise": "seeds and paired problems", "primary": "mean@4",
+                            "configs": {f"n{n}-Bp16": {"n": n, "Bp": 16} for n in ns},
+                            "metrics": {"mean@4": metric, "worst@4": dict(metric), "best@4": dict(metric)}})
+
+
+def test_n_star_growing_between_interior_untied_winners_and_saturating_is_supported():
+    rows = [_row(1e3, 4), _row(1e4, 8), _row(4e4, 8), _row(1e5, 8)]
+    assert S.n_star_claim([_study("a", rows, saturation=1e4)]).verdict == S.SUPPORTED
+
+
+def test_n_star_at_the_grid_edge_or_tied_decides_nothing():
+    edge = [_row(1e3, 2), _row(1e5, 32)]  # grows, but only between the grid's edges
+    tied = [_row(1e3, 4, tie=True), _row(1e5, 8, tie=True)]
+    assert S.n_star_claim([_study("a", edge)]).verdict == S.UNRESOLVED
+    assert S.n_star_claim([_study("a", tied)]).verdict == S.UNRESOLVED
+    assert S.n_star_claim([]).verdict == S.UNTESTED
+
+
+def test_n_star_falling_between_untied_interior_winners_contradicts():
+    claim = S.n_star_claim([_study("a", [_row(1e3, 16), _row(1e5, 4)])])
+    assert claim.verdict == S.CONTRADICTED and claim.needs
+
+
+def test_studies_that_disagree_leave_the_claim_unresolved():
+    up = _study("a", [_row(1e3, 4), _row(1e4, 8)], saturation=1e3)
+    down = _study("b", [_row(1e3, 16), _row(1e5, 4)])
+    assert S.n_star_claim([up, down]).verdict == S.UNRESOLVED
+
+
+@pytest.mark.parametrize(("difficulty", "direction", "verdict"), [
+    ("easy", "grows", S.SUPPORTED), ("hard", "falls", S.CONTRADICTED), ("easy", "tie", S.UNRESOLVED)])
+def test_the_metric_claim_follows_the_trend_interval(difficulty, direction, verdict):
+    trend = {"C": 1e5, "slope_per_doubling": 0.01, "low": -0.01, "high": 0.03, "direction": direction, "n": [2, 4]}
+    assert S.n_metric_claim([_study("a", [], difficulty=difficulty, trend=trend)]).verdict == verdict
+
+
+def test_fixed_batch_claim_needs_n_star_to_grow_untied():
+    grows = _study("f", [_row(1e3, 2), _row(1e5, 16)], study="fixed-batch")
+    holds = _study("f", [_row(1e3, 8), _row(1e5, 8)], study="fixed-batch")
+    tied = _study("f", [_row(1e3, 2), _row(1e5, 16, tie=True)], study="fixed-batch")
+    assert S.fixed_batch_claim([grows]).verdict == S.SUPPORTED
+    assert S.fixed_batch_claim([holds]).verdict == S.CONTRADICTED
+    assert S.fixed_batch_claim([tied]).verdict == S.UNRESOLVED
+
+
+def test_the_report_uses_only_studies_of_the_current_method(tmp_path):
+    """An end-to-end report from a real analysis of a synthetic sweep beside a folder of the earlier
+    method: the first gives the trend claim's evidence, the second is listed and not used."""
+    curves, _ = synthetic_sweep(TRUTH, np.random.default_rng(3))
+    analysis = analyse(curves, title="synthetic-easy", study="isocompute", budget=BUDGET, primary="mean@4",
+                       bootstrap=40, difficulty="easy")
+    write_outputs(analysis, tmp_path / "synthetic-easy")
+    old = tmp_path / "old-study"
+    old.mkdir()
+    (old / "fits.json").write_text(json.dumps({"title": "old", "study": "isocompute", "budget": 1, "primary": "mean@4",
+                                               "configs": {}, "metrics": {"mean@4": {"frontier": []}}}))
+    text = S.write_report(tmp_path).read_text()
+    assert (tmp_path / "REPORT.md").exists()
+    trend = analysis.metrics["worst@4"].trend
+    assert f"{trend['slope_per_doubling']:+.4f} per doubling" in text
+    assert "`old-study`: analysed with the earlier method" in text
+    assert "| as n grows at a fixed C" in text and "**supported** |" in text
