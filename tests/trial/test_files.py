@@ -68,6 +68,34 @@ def test_truncation_makes_the_files_agree_with_a_checkpoint(tmp_path):
     assert not list(tmp_path.glob(".*.tmp"))  # written by rename, nothing left behind
 
 
+@pytest.mark.parametrize("name", [METRICS_FILE, STEPS_FILE])
+def test_a_torn_last_line_is_dropped_and_truncation_heals_the_file(tmp_path, name):
+    trial = TrialDir(tmp_path)
+    for step in (0, 4, 8):
+        trial.append_record(record(step, 0.5))
+        trial.append_step({"step": step, "rollouts": step * 64})
+    whole = (tmp_path / name).read_text()
+    (tmp_path / name).write_text(whole + whole.splitlines()[-1][:17])  # an append cut short by a crash
+    read = trial.records() if name == METRICS_FILE else trial.steps()
+    assert [r["step"] for r in read] == [0, 4, 8]
+    trial.truncate_to(record(4, 0.5))  # what a resume does
+    trial.append_record(record(8, 0.6))
+    trial.append_step({"step": 8, "rollouts": 512})
+    assert [r["step"] for r in trial.records()] == [0, 4, 8] and [r["step"] for r in trial.steps()] == [0, 4, 8]
+    assert (tmp_path / name).read_text().endswith("}\n")
+
+
+def test_a_damaged_line_in_the_middle_names_the_file_and_the_line(tmp_path):
+    trial = TrialDir(tmp_path)
+    for step in (0, 4, 8):
+        trial.append_record(record(step, 0.5))
+    lines = (tmp_path / METRICS_FILE).read_text().splitlines()
+    lines[1] = lines[1][:10]
+    (tmp_path / METRICS_FILE).write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=rf"{METRICS_FILE}, line 2: not a JSON record"):
+        trial.records()
+
+
 def test_stop_is_requested_acknowledged_and_waited_for(tmp_path):
     trial = TrialDir(tmp_path)
     assert not trial.stop_requested() and not trial.stop_acknowledged()

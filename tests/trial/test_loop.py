@@ -19,7 +19,7 @@ from isosweep.rollout.hf import HFEngine
 from isosweep.spec.trial import load_trial
 from isosweep.tasks import Problem
 from isosweep.track.curves import COUNTS_KEY, EVAL_SET_KEY, SAMPLES_KEY
-from isosweep.trial.files import CHECKPOINTS, TrialDir
+from isosweep.trial.files import CHECKPOINTS, METRICS_FILE, STEPS_FILE, TrialDir
 from isosweep.trial.loop import batch_problems, eval_correct, evaluate, problem_sets, train_loop
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,7 +103,7 @@ def test_reference_forward_is_sampled_only_where_the_kl_is_not_in_the_loss(base_
     assert all("train/kl" in row for row in TrialDir(tmp_path / "weighted").steps())
 
 
-def test_killed_trial_resumes_without_losing_or_repeating_evals(base_model, tmp_path):
+def test_killed_trial_with_torn_appends_resumes_without_losing_or_repeating_evals(base_model, tmp_path):
     extra = ["budget=640", "eval.every=2", "task.eval_problems=16"]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "platform")}
     reference = tmp_path / "reference"
@@ -118,11 +118,15 @@ def test_killed_trial_resumes_without_losing_or_repeating_evals(base_model, tmp_
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert 4 <= len(TrialDir(resumed).records()) < 11, "kill landed outside the run"
+    for name in (METRICS_FILE, STEPS_FILE):  # and the crash cut an append short in both files
+        with open(resumed / name, "a") as f:
+            f.write('{"step": 99, "rollo')
     subprocess.run(_trial_command(resumed, extra), check=True, env=env, capture_output=True)
 
     want, got = TrialDir(reference).records(), TrialDir(resumed).records()
     assert [r["step"] for r in got] == list(range(0, 21, 2))
     assert [r["rollouts"] for r in got] == [r["rollouts"] for r in want]
+    assert [r["step"] for r in TrialDir(resumed).steps()] == [r["step"] for r in TrialDir(reference).steps()]
     # weights, optimizer state and (seed, step)-derived sampling make the resumed run the same run
     for a, b in zip(want, got):
         assert math.isclose(a["eval/mean@4"], b["eval/mean@4"], abs_tol=1e-9)

@@ -45,8 +45,27 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    """The JSON objects of a JSONL file, one per non-empty line (empty if the file does not exist)."""
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    """The JSON objects of a JSONL file, one per non-empty line (empty if the file does not exist).
+
+    A last line that is not JSON and lacks its newline is an append cut short by a crash: it is
+    dropped (a resume rewrites the file from the checkpoint and recomputes it). A bad line anywhere
+    else is damage this code did not do: a ``ValueError`` names the file and the line."""
+    if not path.exists():
+        return []
+    text = path.read_text()
+    lines = text.splitlines()
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if number == len(lines) and not text.endswith("\n"):
+                break
+            raise ValueError(f"{path}, line {number}: not a JSON record ({e.msg}); the file is damaged: restore it, "
+                             f"or remove the trial folder {path.parent} to run the trial again") from None
+    return rows
 
 
 def jsonl_text(rows: list[dict]) -> str:
