@@ -5,7 +5,8 @@
 #   make ais-study [BUDGET=20000]   bf16 vs fp8 rollouts, none/tis/ais corrections -> dashboards/ais-study
 #   make calibrate [BUDGET=20000]   the learning-rate pilot behind the default lr_ref -> dashboards/calibration
 #   make validate-stats             the frontier statistics checked on synthetic sweeps -> dashboards/methods
-#   make report                     the papers' claims tested on the studies in dashboards/ -> dashboards/REPORT.md
+#   make report                     each study folder redone from MLflow, then the papers' claims tested on
+#                                   the studies in dashboards/ -> dashboards/REPORT.md
 #   make bench                      isosweep vs TRL vs a plain loop, engine throughput, a trial's time split
 #                                   -> bench/results.json
 #   make hpo-bench [PART=synthetic|real]  JF-HPO vs random / ASHA: Hartmann test function (seconds) and tiny-family
@@ -72,7 +73,7 @@ validate-stats: $(STAMP)
 	$(BIN)/isosweep validate-stats --out dashboards/methods
 
 report: $(STAMP)
-	$(BIN)/isosweep report --dashboards $(DASHBOARDS)
+	$(BIN)/isosweep report --refresh --dashboards $(DASHBOARDS)
 
 calibrate: $(STAMP)
 	$(BIN)/isosweep calibrate --budget $(or $(BUDGET),20000) --out dashboards/calibration

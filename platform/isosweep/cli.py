@@ -5,7 +5,7 @@
     isosweep ais-study [--budget 20000] [--out dashboards/ais-study]
     isosweep calibrate [--budget 20000] [--out dashboards/calibration]
     isosweep validate-stats [--repeats 20] [--out dashboards/methods]
-    isosweep report [--dashboards dashboards]   the papers' claims tested on the studies -> REPORT.md
+    isosweep report [--refresh] [--dashboards dashboards]   the papers' claims tested on the studies -> REPORT.md
     isosweep bench [--out bench/results.json]
     isosweep sweep sweeps/isocompute-easy.yaml [--budget 1e5] [--dry-run] [--address auto]
     isosweep frontier <sweep-id>          redo a sweep's frontier analysis from MLflow alone
@@ -88,6 +88,10 @@ def _validate_stats(args: argparse.Namespace) -> None:
 
 
 def _report(args: argparse.Namespace) -> None:
+    if args.refresh:
+        from isosweep.run.grid import refresh_dashboards  # Ray, MLflow
+
+        refresh_dashboards(server.ensure_server(), args.dashboards)
     path = write_study_report(args.dashboards)
     print(path.read_text())
     print(f"[report] {path}")
@@ -249,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     study_report = commands.add_parser("report", help="the papers' claims tested on the studies in DASHBOARDS "
                                        "-> DASHBOARDS/REPORT.md")
     study_report.add_argument("--dashboards", default="dashboards", help="the study folders (default: dashboards)")
+    study_report.add_argument("--refresh", action="store_true",
+                              help="first redo each study folder from MLflow (the newest finished sweep of each name)")
     study_report.set_defaults(run=_report)
 
     bench = commands.add_parser("bench", help="isosweep vs TRL vs a plain loop, engine throughput, "

@@ -83,6 +83,14 @@ def test_make_sweep_smoke_prints_the_frontier_and_fills_mlflow(mlflow_server, tm
     first_table = out[out.index("frontier of mean@4"):out.index("[sweep] frontier table")].strip()
     assert first_table in again.stdout
 
+    # `make report` redoes every finished sweep's study folder from MLflow, then the study report
+    refreshed = tmp_path / "refreshed"
+    report = subprocess.run([ISOSWEEP, "report", "--refresh", "--dashboards", str(refreshed)], cwd=ROOT,
+                            env=env_for(mlflow_env), capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert (refreshed / "smoke" / "frontier.csv").read_text() == (dashboards / "smoke" / "frontier.csv").read_text()
+    assert "`smoke` (easy, C = 2,000, 2 configs, 1 seed)" in (refreshed / "REPORT.md").read_text()
+
 
 def test_an_interrupted_or_killed_sweep_resumes_without_repeating_work(mlflow_server, tmp_path):
     uri, mlflow_env = mlflow_server

@@ -138,3 +138,18 @@ def frontier_report(uri: str, sweep_id: str, out: str | Path | None, dashboards:
         + (f" and {Path(dashboards) / 'report.html'}" if dashboards else "")
         + f"; in MLflow on parent run {parent.info.run_id} (artifacts/frontier)")
     return analysis
+
+
+def refresh_dashboards(uri: str, dashboards: str | Path, log: Callable[[str], None] = say) -> list[Path]:
+    """Redo, from MLflow, the frontier analysis of the newest finished sweep of each sweep name into
+    ``dashboards/<name>/`` (what the study report reads); returns the folders written."""
+    client = runs.client(uri)
+    newest: dict[str, object] = {}
+    for parent in runs.finished_grid_sweeps(client):
+        newest.setdefault(parent.data.params.get("spec.name", parent.data.tags[runs.SWEEP_TAG]), parent)
+    written = []
+    for name, parent in sorted(newest.items()):
+        log(f"[report] {name}: sweep {parent.data.tags[runs.SWEEP_TAG]} from MLflow")
+        frontier_report(uri, parent.data.tags[runs.SWEEP_TAG], Path(dashboards) / name, log=lambda _: None)
+        written.append(Path(dashboards) / name)
+    return written

@@ -76,6 +76,14 @@ def find_parent(mlflow_client, sweep_id: str, prefix: bool = False):
     return _find(mlflow_client, f"tags.`{SWEEP_TAG}` {op} '{value}' and tags.`isosweep.kind` = 'sweep'")
 
 
+def finished_grid_sweeps(mlflow_client) -> list:
+    """The parent run of every finished grid sweep (not HPO studies), newest first."""
+    return mlflow_client.search_runs(
+        [experiment_id(mlflow_client)], order_by=["attributes.start_time DESC"], max_results=10_000,
+        filter_string="tags.`isosweep.kind` = 'sweep' and attributes.status = 'FINISHED' "
+                      "and tags.`isosweep.study` != 'hpo'")
+
+
 def find_child(mlflow_client, sweep_id: str, key: str):
     """The child run of trial ``key`` in sweep ``sweep_id``, or None."""
     return _find(mlflow_client, f"tags.`{SWEEP_TAG}` = '{sweep_id}' and tags.`{TRIAL_TAG}` = '{key}'")
