@@ -45,7 +45,7 @@ def test_a_dip_within_the_collapse_margin_is_healthy():
 
 def rows(table):
     """``{lr: {batch: [(gain, healthy) per seed]}}`` as pilot rows."""
-    return [{"lr_ref": lr, "batch": b, "seed": s, "gain": g, "healthy": h, "Bp": 16, "n": b // 16,
+    return [{"lr_ref": lr, "batch": b, "lr": lr * (b / 128) ** 0.5, "seed": s, "gain": g, "healthy": h, "Bp": 16, "n": b // 16,
              "problems": "" if h else "fell", "_records": trial([0.6, 0.6 + g, 0.6 + g])[0]}
             for lr, by_batch in table.items() for b, seeds in by_batch.items() for s, (g, h) in enumerate(seeds)]
 
@@ -72,6 +72,7 @@ def test_the_summary_says_when_the_pick_is_at_the_edge_of_the_grid(tmp_path):
     write_outputs(tmp_path, data, chosen, per_lr, 20000, Path("easy.yaml"))
     summary = (tmp_path / "summary.md").read_text()
     assert "lr_ref = 1e-05" in summary and "smallest lr_ref tried" in summary and "Extend the grid down" in summary
+    assert "| 3e-05 | +0.060 ± 0.000 (lr 2.1e-05) | -0.030 ± 0.000 ✗ (lr 6e-05) | no |" in summary
     assert (tmp_path / "pilot.csv").read_text().count("\n") == len(data) + 1 and (tmp_path / "calibration.png").exists()
 
 

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from isosweep.spec.grid import load_sweep
-from isosweep.spec.trial import load_trial
+from isosweep.spec.trial import learning_rate, load_trial
 from isosweep.trial.files import TrialDir
 from isosweep.trial.job import ray_init, run_trial
 
@@ -102,7 +102,7 @@ def run_pilot(out: str | Path, budget: int, trial_file: Path = Path("sweeps/tria
                 log(f"[calibrate] lr_ref {lr:g}, Bp {bp} x n {n}, seed {seed}")
                 records = run_trial(cfg, run_dir, address=address, log=log)
                 steps = TrialDir(run_dir).steps()
-                rows.append({"lr_ref": lr, "Bp": bp, "n": n, "batch": bp * n, "seed": seed,
+                rows.append({"lr_ref": lr, "Bp": bp, "n": n, "batch": bp * n, "lr": learning_rate(cfg), "seed": seed,
                              **judge(records, steps, cfg.eval.k), "_records": records})
     chosen, per_lr = pick(rows)
     write_outputs(out, rows, chosen, per_lr, budget, trial_file)
@@ -125,7 +125,8 @@ def write_outputs(out: Path, rows: list[dict], chosen: float | None, per_lr: dic
     batches = sorted({r["batch"] for r in rows})
     lines = [f"# Learning-rate pilot ({trial_file}, C = {budget:,} rollouts per trial)", "",
              "Gain = mean@k at the end (mean of the last two evals) minus the base model's, mean over seeds "
-             "(± half the spread of the seeds); ✗ marks an unhealthy trial.", "",
+             "(± half the spread of the seeds); ✗ marks an unhealthy trial; in brackets the learning rate the "
+             "trials ran at (lr_ref scaled by sqrt(batch / batch_ref)).", "",
              "| lr_ref | " + " | ".join(f"gain, batch {b}" for b in batches) + " | healthy |",
              "| --- |" + " --- |" * (len(batches) + 1)]
     for lr, verdict in per_lr.items():
@@ -135,7 +136,7 @@ def write_outputs(out: Path, rows: list[dict], chosen: float | None, per_lr: dic
             gains = [r["gain"] for r in mine]
             half = (max(gains) - min(gains)) / 2 if len(gains) > 1 else math.nan
             cells.append(f"{statistics.fmean(gains):+.3f} ± {half:.3f}" + (" ✗" if not all(r["healthy"] for r in mine)
-                                                                           else ""))
+                                                                           else "") + f" (lr {mine[0]['lr']:.2g})")
         lines.append(f"| {lr:g} | " + " | ".join(cells) + f" | {'yes' if verdict['healthy'] else 'no'} |")
     lines += ["", f"**Pick**: lr_ref = {chosen:g}" if chosen is not None else "**Pick**: none healthy at both batches"]
     if chosen is not None and len(per_lr) > 1 and chosen in (min(per_lr), max(per_lr)):
