@@ -60,6 +60,26 @@ def test_the_pick_is_the_best_worst_batch_gain_among_lrs_healthy_at_both_batches
     assert per_lr[1e-4]["worst_gain"] == pytest.approx(0.02) and not per_lr[3e-4]["healthy"]
 
 
+def test_worst_batch_gains_within_their_noise_tie_and_the_larger_lr_is_picked():
+    table = {4e-6: {64: [(0.015, True), (0.017, True)], 512: [(0.007, True), (0.007, True)]},
+             1e-5: {64: [(0.030, True), (0.014, True)], 512: [(0.009, True), (-0.009, True)]},
+             2.5e-5: {64: [(0.05, True)] * 2, 512: [(-0.04, False)] * 2}}
+    data = rows(table)
+    chosen, per_lr = pick(data)
+    assert per_lr[1e-5]["worst_gain"] == pytest.approx(0.0) and per_lr[1e-5]["se"] == pytest.approx(0.009)
+    assert per_lr[1e-5]["tied"] and per_lr[4e-6]["tied"] and chosen == 1e-5
+    # the eval noise sets a floor under two seeds that happen to agree
+    for r in data:
+        r["eval_se"] = 0.013
+    assert pick(data)[1][4e-6]["se"] == pytest.approx(0.013 * 1.5 ** 0.5 / 2 ** 0.5)
+
+
+def test_a_measurably_better_smaller_lr_wins():
+    table = {4e-6: {64: [(0.04, True)] * 2, 512: [(0.03, True), (0.031, True)]},
+             1e-5: {64: [(0.05, True)] * 2, 512: [(0.00, True), (0.001, True)]}}
+    assert pick(rows(table))[0] == 4e-6
+
+
 def test_nothing_is_picked_when_no_lr_is_healthy_everywhere():
     assert pick(rows({1e-5: {64: [(0.1, False)], 512: [(0.1, True)]}}))[0] is None
 

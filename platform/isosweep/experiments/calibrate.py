@@ -12,8 +12,14 @@ sweep runs. Per trial it reads:
   ``ENTROPY_KEEP`` of the first step's), KL bounded (mean ``train/kl`` of the last third of steps
   at most ``KL_MAX``, where KL is measured).
 
-The pick is the ``lr_ref`` with the largest gain averaged over seeds at the *worse* of the two
-batch sizes, among those healthy in every trial: the default must work at both ends of the grid.
+The pick, among the ``lr_ref`` healthy in every trial (the default must work at both ends of the
+grid): each lr's *worst-batch gain* (the gain averaged over seeds at the worse of the two batch
+sizes) with its standard error; the lrs whose worst-batch gain is within ``TIE_SE`` standard errors
+of the best one are tied, and the pick is the largest of them (the fastest progress that stays
+healthy: a smaller lr that is not measurably better only learns slower). A cell's standard error
+is the larger of the seeds' (half their range, for two) and what the eval noise alone gives a
+gain over that many seeds (``eval/stderr_mean@k`` x sqrt(1.5) / sqrt(seeds): the end is the mean
+of two evaluations, the base one).
 Outputs under ``out``: ``runs/`` (the trials; a rerun resumes them), ``pilot.csv`` (one row per
 trial), ``summary.md`` (gain per lr and batch with the seed spread, health, the pick) and
 ``calibration.png`` (the curves).
@@ -30,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from isosweep.spec.grid import load_sweep
-from isosweep.spec.trial import learning_rate, load_trial
+from isosweep.spec.trial import learning_rate, load_trial, steps
 from isosweep.trial.files import TrialDir
 from isosweep.trial.job import ray_init, run_trial
 
@@ -40,6 +46,7 @@ COLLAPSE_DROP = 0.03
 PEAK_DROP = 0.10
 ENTROPY_KEEP = 0.25
 KL_MAX = 0.5
+TIE_SE = 2.0
 
 
 def grid_batches(sweep_file: Path) -> list[tuple[int, int]]:
@@ -68,19 +75,38 @@ def judge(records: list[dict], steps: list[dict], k: int) -> dict:
         problems.append(f"entropy {entropy_end:.3f} < {ENTROPY_KEEP} x {entropy0:.3f}")
     if kls and kl_end > KL_MAX:
         problems.append(f"KL {kl_end:.3f} > {KL_MAX}")
-    return {"base": base, "end": end, "gain": end - base, "best": max(values), "entropy0": entropy0,
+    stderr = records[-1].get(f"eval/stderr_mean@{k}", math.nan)
+    return {"base": base, "end": end, "gain": end - base, "eval_se": stderr, "best": max(values), "entropy0": entropy0,
             "entropy_end": entropy_end, "kl_end": kl_end, "healthy": not problems, "problems": "; ".join(problems)}
 
 
+def cell_stderr(cell: list[dict]) -> float:
+    """Standard error of the mean gain of one (lr, batch) cell's trials (see the module docstring)."""
+    gains = [r["gain"] for r in cell]
+    seeds = statistics.stdev(gains) / math.sqrt(len(gains)) if len(gains) > 1 else 0.0
+    eval_se = [r["eval_se"] for r in cell if not math.isnan(r.get("eval_se", math.nan))]
+    from_eval = statistics.fmean(eval_se) * math.sqrt(1.5) / math.sqrt(len(gains)) if eval_se else 0.0
+    return max(seeds, from_eval)
+
+
 def pick(rows: list[dict]) -> tuple[float | None, dict[float, dict]]:
-    """The chosen ``lr_ref`` (None if none is healthy everywhere) and, per lr, its worst-batch mean gain and health."""
+    """The chosen ``lr_ref`` (None if none is healthy everywhere) and, per lr, its worst-batch mean gain with
+    its standard error, its health and whether it ties with the best (see the module docstring)."""
     per_lr: dict[float, dict] = {}
     for lr in sorted({r["lr_ref"] for r in rows}):
         mine = [r for r in rows if r["lr_ref"] == lr]
-        gains = {b: statistics.fmean(r["gain"] for r in mine if r["batch"] == b) for b in {r["batch"] for r in mine}}
-        per_lr[lr] = {"worst_gain": min(gains.values()), "healthy": all(r["healthy"] for r in mine)}
+        cells = {b: [r for r in mine if r["batch"] == b] for b in sorted({r["batch"] for r in mine})}
+        worst = min(cells, key=lambda b: statistics.fmean(r["gain"] for r in cells[b]))
+        per_lr[lr] = {"worst_gain": statistics.fmean(r["gain"] for r in cells[worst]), "se": cell_stderr(cells[worst]),
+                      "healthy": all(r["healthy"] for r in mine), "tied": False}
     healthy = [lr for lr, v in per_lr.items() if v["healthy"]]
-    return (max(healthy, key=lambda lr: per_lr[lr]["worst_gain"]) if healthy else None), per_lr
+    if not healthy:
+        return None, per_lr
+    best = max(healthy, key=lambda lr: per_lr[lr]["worst_gain"])
+    for lr in healthy:
+        v, b = per_lr[lr], per_lr[best]
+        v["tied"] = v["worst_gain"] >= b["worst_gain"] - TIE_SE * math.hypot(v["se"], b["se"])
+    return max(lr for lr in healthy if per_lr[lr]["tied"]), per_lr
 
 
 def run_pilot(out: str | Path, budget: int, trial_file: Path = Path("sweeps/trials/easy.yaml"),
@@ -100,7 +126,9 @@ def run_pilot(out: str | Path, budget: int, trial_file: Path = Path("sweeps/tria
                                               f"algorithm.lr_ref={lr:g}", *(extra or [])])
                 run_dir = out / "runs" / f"lr{lr:g}-Bp{bp}-n{n}-s{seed}"
                 log(f"[calibrate] lr_ref {lr:g}, Bp {bp} x n {n}, seed {seed}")
-                records = run_trial(cfg, run_dir, address=address, log=log)
+                done = TrialDir(run_dir)
+                records = done.records() if done.is_finished(steps(cfg)) else run_trial(cfg, run_dir, address=address,
+                                                                                          log=log)
                 steps = TrialDir(run_dir).steps()
                 rows.append({"lr_ref": lr, "Bp": bp, "n": n, "batch": bp * n, "lr": learning_rate(cfg), "seed": seed,
                              **judge(records, steps, cfg.eval.k), "_records": records})
@@ -138,6 +166,12 @@ def write_outputs(out: Path, rows: list[dict], chosen: float | None, per_lr: dic
             cells.append(f"{statistics.fmean(gains):+.3f} ± {half:.3f}" + (" ✗" if not all(r["healthy"] for r in mine)
                                                                            else "") + f" (lr {mine[0]['lr']:.2g})")
         lines.append(f"| {lr:g} | " + " | ".join(cells) + f" | {'yes' if verdict['healthy'] else 'no'} |")
+    tied = [lr for lr, v in per_lr.items() if v["tied"]]
+    lines += ["", "Worst-batch gain per healthy lr_ref (± standard error): " + ", ".join(
+        f"{lr:g} {v['worst_gain']:+.3f} ± {v['se']:.3f}" for lr, v in per_lr.items() if v["healthy"]) + "."]
+    if len(tied) > 1:
+        lines += [f"Tied within {TIE_SE:g} standard errors of the best: {', '.join(f'{lr:g}' for lr in tied)}; the "
+                  "pick is the largest of them (the fastest healthy progress)."]
     lines += ["", f"**Pick**: lr_ref = {chosen:g}" if chosen is not None else "**Pick**: none healthy at both batches"]
     if chosen is not None and len(per_lr) > 1 and chosen in (min(per_lr), max(per_lr)):
         side = "smallest" if chosen == min(per_lr) else "largest"
