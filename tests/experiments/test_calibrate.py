@@ -99,3 +99,29 @@ def test_the_summary_says_when_the_pick_is_at_the_edge_of_the_grid(tmp_path):
 def test_the_pilot_batches_are_the_smallest_and_largest_of_the_default_grid():
     (bp_small, n_small), (bp_large, n_large) = grid_batches(SWEEP)
     assert bp_small * n_small < bp_large * n_large
+
+
+def test_a_rerun_over_finished_trials_reads_them_without_starting_ray(tmp_path):
+    import ray
+
+    from isosweep.experiments.calibrate import run_pilot
+    from isosweep.spec.trial import load_trial, steps
+    from isosweep.trial.files import TrialDir
+
+    trial_file = SWEEP.parent / "trials" / "easy.yaml"
+    lrs, gains = (1e-5, 3e-5), {1e-5: 0.02, 3e-5: 0.05}
+    for lr in lrs:
+        for bp, n in grid_batches(SWEEP):
+            cfg = load_trial(trial_file, ["budget=20000", f"Bp={bp}", f"n={n}", "seed=0", f"algorithm.lr_ref={lr:g}"])
+            trial = TrialDir(tmp_path / "runs" / f"lr{lr:g}-Bp{bp}-n{n}-s0")
+            trial.path.mkdir(parents=True)
+            last = steps(cfg)
+            for step, value in ((0, 0.6), (last // 2, 0.6 + gains[lr]), (last, 0.6 + gains[lr])):
+                trial.append_record({"step": step, "rollouts": step * bp * n, "eval/mean@4": value})
+            for step in range(1, last + 1):
+                trial.append_step({"step": step, "train/entropy": 0.4, "train/kl": 0.01})
+    chosen, rows = run_pilot(tmp_path, 20000, trial_file=trial_file, sweep_file=SWEEP, lrs=lrs, seeds=(0,),
+                             log=lambda _: None)
+    assert not ray.is_initialized()
+    assert chosen == 3e-5 and len(rows) == 4 and all(r["gain"] == pytest.approx(gains[r["lr_ref"]]) for r in rows)
+    assert "**Pick**: lr_ref = 3e-05" in (tmp_path / "summary.md").read_text()

@@ -36,7 +36,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from isosweep.spec.grid import load_sweep
-from isosweep.spec.trial import learning_rate, load_trial, steps
+from isosweep.spec.trial import learning_rate, load_trial
+from isosweep.spec.trial import steps as total_steps
 from isosweep.trial.files import TrialDir
 from isosweep.trial.job import ray_init, run_trial
 
@@ -116,7 +117,7 @@ def run_pilot(out: str | Path, budget: int, trial_file: Path = Path("sweeps/tria
     """Run (resuming) every trial of the pilot and write its outputs; returns the pick and the rows."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    ray_init(address)
+    ray_started = False
     rows = []
     batches = grid_batches(sweep_file)
     for seed in seeds:  # seed-major: an interrupted pilot has whole replicates
@@ -126,10 +127,15 @@ def run_pilot(out: str | Path, budget: int, trial_file: Path = Path("sweeps/tria
                                               f"algorithm.lr_ref={lr:g}", *(extra or [])])
                 run_dir = out / "runs" / f"lr{lr:g}-Bp{bp}-n{n}-s{seed}"
                 log(f"[calibrate] lr_ref {lr:g}, Bp {bp} x n {n}, seed {seed}")
-                done = TrialDir(run_dir)
-                records = done.records() if done.is_finished(steps(cfg)) else run_trial(cfg, run_dir, address=address,
-                                                                                          log=log)
-                steps = TrialDir(run_dir).steps()
+                trial = TrialDir(run_dir)
+                if trial.is_finished(total_steps(cfg)):  # a rerun reads what is done, without Ray
+                    records = trial.records()
+                else:
+                    if not ray_started:
+                        ray_init(address)
+                        ray_started = True
+                    records = run_trial(cfg, run_dir, address=address, log=log)
+                steps = trial.steps()
                 rows.append({"lr_ref": lr, "Bp": bp, "n": n, "batch": bp * n, "lr": learning_rate(cfg), "seed": seed,
                              **judge(records, steps, cfg.eval.k), "_records": records})
     chosen, per_lr = pick(rows)

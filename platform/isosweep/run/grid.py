@@ -149,7 +149,12 @@ def refresh_dashboards(uri: str, dashboards: str | Path, log: Callable[[str], No
         newest.setdefault(parent.data.params.get("spec.name", parent.data.tags[runs.SWEEP_TAG]), parent)
     written = []
     for name, parent in sorted(newest.items()):
-        log(f"[report] {name}: sweep {parent.data.tags[runs.SWEEP_TAG]} from MLflow")
-        frontier_report(uri, parent.data.tags[runs.SWEEP_TAG], Path(dashboards) / name, log=lambda _: None)
+        sweep_id = parent.data.tags[runs.SWEEP_TAG]
+        try:
+            frontier_report(uri, sweep_id, Path(dashboards) / name, log=lambda _: None)
+        except (ValueError, KeyError, RuntimeError, ConfigError) as e:  # one unreadable sweep does not block the rest
+            log(f"[report] {name}: sweep {sweep_id} skipped, its folder left as it was ({type(e).__name__}: {e})")
+            continue
+        log(f"[report] {name}: sweep {sweep_id} redone from MLflow into {Path(dashboards) / name}")
         written.append(Path(dashboards) / name)
     return written
