@@ -123,3 +123,26 @@ def test_the_report_uses_only_studies_of_the_current_method(tmp_path):
     assert f"{trend['slope_per_doubling']:+.4f} per doubling" in text
     assert "`old-study`: analysed with the earlier method" in text
     assert "| as n grows at a fixed C" in text and "**supported** |" in text
+
+
+def test_a_trial_one_step_short_of_the_budget_competes_at_the_budget():
+    """M = C // (Bp * n) steps end up to one step short of C: such a trial has spent its budget and
+    competes at C (before, only configs landing exactly on C did, and one of them won with P(best) 1)."""
+    curves, _ = synthetic_sweep(TRUTH, np.random.default_rng(3))
+    exact = analyse(curves, title="t", study="isocompute", budget=BUDGET, primary="mean@4", bootstrap=40)
+    for curve in curves:
+        if curve.config != "n4-Bp16":  # n8 (the true best) and n16 stop one step short, as real trials do
+            curve.compute[-1] = BUDGET - (curve.fields["Bp"] * curve.fields["n"] - 1)
+    short = analyse(curves, title="t", study="isocompute", budget=BUDGET, primary="mean@4", bootstrap=40)
+    for analysis in (exact, short):
+        last = analysis.metrics["mean@4"].rows[-1]
+        assert last["C"] == BUDGET and last["config"] == "n8-Bp16" and last["runner_up"] is not None
+        assert analysis.metrics["mean@4"].decision["observed_config"] == "n8-Bp16"
+    # a trial that stopped well short of the budget does not compete there
+    for curve in curves:
+        if curve.config == "n8-Bp16":
+            keep = curve.compute <= BUDGET / 2
+            curve.compute, curve.counts = curve.compute[keep], curve.counts[keep]
+            curve.values = {k: v[keep] for k, v in curve.values.items()}
+    stopped = analyse(curves, title="t", study="isocompute", budget=BUDGET, primary="mean@4", bootstrap=20)
+    assert stopped.metrics["mean@4"].rows[-1]["config"] != "n8-Bp16"

@@ -260,6 +260,15 @@ def _fit(c: np.ndarray, v: np.ndarray, base: float | None, start: F.SigmoidFit |
         return None
 
 
+def reached(curve: Curve, budget: float) -> float:
+    """The compute a trial's data cover: its last evaluation, or the whole ``budget`` when that evaluation is
+    within one step (``Bp * n`` rollouts) of it. A trial of ``M = C // (Bp * n)`` steps ends up to one step
+    short of C, and it has still spent its budget: it competes at C like the configs that land on it."""
+    last = float(curve.compute.max())
+    step = curve.fields.get("Bp", 0) * curve.fields.get("n", 0)
+    return float(budget) if budget - step < last <= budget else last
+
+
 def observed_best(pairs_by_config: dict[str, list[tuple[Curve, np.ndarray]]], C: float) -> tuple[str | None, float]:
     """The config whose running best at compute <= C, averaged over its seeds, is highest, and that value."""
     best_key, best = None, -math.inf
@@ -410,9 +419,9 @@ def decision_holdout(pairs_by_config: dict[str, list[tuple[Curve, np.ndarray]]],
     c_max = max(float(curve.compute.max()) for pairs in pairs_by_config.values() for curve, _ in pairs)
     predicted, observed = {}, {}
     for key, pairs in pairs_by_config.items():
-        reached = [values[curve.compute <= c_max].max() for curve, values in pairs if curve.compute.max() >= c_max]
-        if reached:
-            observed[key] = float(np.mean(reached))
+        ends = [float(values.max()) for curve, values in pairs if reached(curve, c_max) >= c_max]
+        if ends:
+            observed[key] = float(np.mean(ends))
         c, v = running_best_points(pairs)
         window = c <= fraction * c_max
         if _why_unfittable(c[window], v[window], base) is None and (fit := _fit(c[window], v[window], base)):
@@ -444,7 +453,7 @@ def analyse(curves: list[Curve], *, title: str, study: str, budget: int, primary
     grid = frontier_grid(curves, budget, points)
     fine = np.geomspace(grid[0], grid[-1], SATURATION_GRID)
     both = np.concatenate([grid, fine])
-    reach = {key: max(float(c.compute.max()) for c in curves if c.config == key) for key in keys}
+    reach = {key: max(reached(c, budget) for c in curves if c.config == key) for key in keys}
     sampler = Resampler(curves, metric_names)
 
     def by_config(pairs: list[tuple[Curve, np.ndarray]]) -> dict[str, list[tuple[Curve, np.ndarray]]]:
