@@ -152,10 +152,14 @@ def n_metric_claim(studies: list[Study]) -> Claim:
                 ot = o[1]["n_trend"]
                 context.append(f"{o[0]} {ot['slope_per_doubling']:+.4f} [{fmt(ot['low'], '+.4f')}, "
                                f"{fmt(ot['high'], '+.4f')}]")
+        fits = m.get("fits", {})
+        rising = sum(1 for f in fits.values() if f.get("not_identified"))
         claim.evidence.append(
             f"{study.label()}, {name} at C = {t['C']:,.0f}, n in {t['n']}: {t['slope_per_doubling']:+.4f} per doubling "
             f"of n, 90% CI [{fmt(t['low'], '+.4f')}, {fmt(t['high'], '+.4f')}] ({t['direction']})"
-            + (f"; for comparison {', '.join(context)}" if context else ""))
+            + (f"; for comparison {', '.join(context)}" if context else "")
+            + (f". {rising} of {len(fits)} fits are not identified (curves still rising at the budget): this is what n "
+               "buys at this C, not at the plateau" if rising else ""))
         verdicts.append({"grows": SUPPORTED, "falls": CONTRADICTED}.get(t["direction"], UNRESOLVED))
     claim.verdict = combine(verdicts)
     if claim.verdict != SUPPORTED:
