@@ -29,7 +29,7 @@ def test_every_contender_gets_the_trial_setting(base_model):
     setup = Setup.of("tiny-1m")
     cfg = setup.trial_config(steps=5)
     assert steps(cfg) == 5 and (cfg.Bp, cfg.n, cfg.rollout.max_new_tokens) == (16, 8, 8)
-    assert (setup.lr, setup.kl_coef) == (learning_rate(cfg), kl_coef(cfg)) == (2e-5, 1e-3)
+    assert (setup.lr, setup.kl_coef) == (learning_rate(cfg), kl_coef(cfg)) == (cfg.algorithm.lr_ref, 1e-3)  # B = batch_ref
     assert rollout_engine(cfg) == "hf"  # a sweep's default engine for this model here
     problems = setup.step_problems(3)
     assert len(problems) == 3 * 16
