@@ -125,7 +125,7 @@ def _deepspeed_globals() -> list:
 
 def load_weights_only(path: str, map_location=None):
     """``torch.load`` of a DeepSpeed state file that runs no code from it: ``weights_only=True`` with
-    DeepSpeed's data classes allowed. DeepSpeed's own loader unpickles with ``weights_only=False``."""
+    DeepSpeed's data classes allowed, in place of DeepSpeed's own loader, which would run code found in the file."""
     with torch.serialization.safe_globals(_deepspeed_globals()):
         return torch.load(path, map_location=map_location, weights_only=True)
 
