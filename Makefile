@@ -15,6 +15,8 @@
 #   make sweep [BUDGET=1e5] [SWEEP=sweeps/isocompute-easy.yaml]
 #                                   iso-compute sweep on local Ray + MLflow; prints the frontier table
 #   make frontier SWEEP_ID=<id>     redo a sweep's frontier analysis from MLflow alone
+#   make recommend BUDGET=1e6 [DIFFICULTY=easy] [METRIC=mean] [REC_ARGS="--suggest"]
+#                                   which (Bp, n, M) to run at C, from the finished sweeps in MLflow
 #   make ui / make ui-stop          the MLflow UI (local server, SQLite in .mlflow/) on 127.0.0.1:5000
 #   make cluster-up CLUSTER=clusters/aws-h200.yaml    ray up (cluster-down: ray down)
 #   make submit CLUSTER=clusters/aws-h200.yaml SWEEP=sweeps/x.yaml BUDGET=1e5 [RUNS_ON_CLUSTER=/shared/runs]
@@ -37,7 +39,7 @@ STUDY_BUDGET ?=
 RUNS ?= runs/sweeps
 DASHBOARDS ?= dashboards
 
-.PHONY: hpo-bench cluster-up cluster-down submit venv browser test models trial ais-study calibrate validate-stats report bench sweep frontier ui ui-stop clean
+.PHONY: hpo-bench cluster-up cluster-down submit venv browser test models trial ais-study calibrate validate-stats report bench sweep frontier recommend ui ui-stop clean
 
 venv: $(STAMP)
 
@@ -90,6 +92,10 @@ sweep: $(STAMP)
 
 frontier: $(STAMP)
 	$(BIN)/isosweep frontier $(SWEEP_ID) --runs $(RUNS)
+
+recommend: $(STAMP)
+	@test -n "$(BUDGET)" || { echo "make recommend: set BUDGET, e.g. make recommend BUDGET=1e6"; exit 2; }
+	$(BIN)/isosweep recommend --budget $(BUDGET) $(if $(DIFFICULTY),--difficulty $(DIFFICULTY)) $(if $(METRIC),--metric $(METRIC)) $(REC_ARGS)
 
 ui: $(STAMP)
 	$(BIN)/isosweep ui

@@ -9,6 +9,7 @@
     isosweep bench [--out bench/results.json]
     isosweep sweep sweeps/isocompute-easy.yaml [--budget 1e5] [--dry-run] [--address auto]
     isosweep frontier <sweep-id>          redo a sweep's frontier analysis from MLflow alone
+    isosweep recommend --budget 1e6 [--difficulty easy] [--metric mean] [--suggest sweeps] [--from dashboards]
     isosweep ui [--stop]                  start (or stop) the local MLflow server and print its URL
     isosweep submit sweeps/x.yaml --cluster clusters/aws-h200.yaml | --address http://127.0.0.1:8265 [--budget 1e5]
 
@@ -195,6 +196,16 @@ def _hpo_bench(args: argparse.Namespace) -> None:
         margins=tuple(args.margin or MARGINS), runs_root=Path(args.runs).expanduser())
 
 
+def _recommend(args: argparse.Namespace) -> None:
+    from isosweep.run.recommend import parse_budget, recommend  # SciPy, the fitting; MLflow unless --from
+
+    parse_budget(args.budget)  # a bad budget answers before a server starts
+    uri = None if args.source is not None and args.no_log else server.ensure_server()
+    recommend(args.budget, uri=uri, folder=args.source, sweep_ids=args.sweeps, task=args.task,
+              difficulty=args.difficulty, model=args.model, metric=args.metric, bootstrap=args.bootstrap,
+              suggest=args.suggest, log_to=None if args.no_log else uri)
+
+
 def _ui(args: argparse.Namespace) -> None:
     if args.stop:
         print("[mlflow] stopped" if server.stop_server() else "[mlflow] no local server was running")
@@ -288,6 +299,23 @@ def main(argv: list[str] | None = None) -> int:
     front.add_argument("--out", default=None, help="output folder for the table, fits and plots")
     front.add_argument("--dashboards", default=None, help="also write the report here")
     front.set_defaults(run=_frontier)
+
+    rec = commands.add_parser("recommend", help="which (Bp, n, M) to run at budget C, from the finished sweeps, "
+                              "with its predicted value, interval, P(best) and warnings")
+    rec.add_argument("--budget", required=True, help="C, rollouts for the run (e.g. 1e6)")
+    rec.add_argument("--task", default=None, help="only sweeps of this task (e.g. arithmetic)")
+    rec.add_argument("--difficulty", choices=["easy", "hard"], default=None, help="only sweeps of this difficulty")
+    rec.add_argument("--model", default=None, help="only sweeps of this base model (e.g. tiny-1m)")
+    rec.add_argument("--metric", default="mean", help="mean, best or worst (@k of the sweeps' eval.k; default: mean)")
+    rec.add_argument("--sweeps", nargs="+", default=None, help="plan from these sweep ids (or their starts) only")
+    rec.add_argument("--from", dest="source", default=None,
+                     help="read the sweeps from the study folders here (*/curves.json, e.g. dashboards) instead of MLflow")
+    rec.add_argument("--bootstrap", type=int, default=200, help="bootstrap replicates (default: 200)")
+    rec.add_argument("--suggest", nargs="?", const="sweeps", default=None,
+                     help="also write the sweep that would most shrink the uncertainty (a YAML file, or a folder: "
+                          "default sweeps/)")
+    rec.add_argument("--no-log", action="store_true", help="do not log the recommendation to MLflow")
+    rec.set_defaults(run=_recommend)
 
     ui = commands.add_parser("ui", help="start the local MLflow server (or --stop it) and print its URL")
     ui.add_argument("--stop", action="store_true", help="stop the local server started by isosweep")

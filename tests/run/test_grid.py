@@ -17,6 +17,7 @@ import pytest
 
 from isosweep.spec.grid import load_sweep
 from isosweep.track import runs
+from isosweep.track.curves import SweepData
 from isosweep.trial.files import TrialDir
 from sweep_helpers import ISOSWEEP, ROOT, children, env_for, wait_for
 
@@ -71,6 +72,9 @@ def test_make_sweep_smoke_prints_the_frontier_and_fills_mlflow(mlflow_server, tm
     fits = json.loads(Path(client.download_artifacts(parent.info.run_id, "frontier/fits.json", str(tmp_path))).read_text())
     assert fits["budget"] == 2000 and set(fits["configs"]) == {"n4-Bp8", "n8-Bp8"}
     assert (dashboards / "smoke" / "report.html").exists()
+    kept = SweepData.from_json(json.loads((dashboards / "smoke" / "curves.json").read_text()))  # what recommend reads
+    assert kept.sweep_id == sweep.sweep_id and kept.budget == 2000 and "frontier/curves.json" in artifacts
+    assert {c.config for c in kept.curves} == {"n4-Bp8", "n8-Bp8"} and kept.trial_params["task.name"] == "arithmetic"
     for run in children(client, sweep.sweep_id):  # the first record breaks the (empty) record: logged
         assert "records/rollouts-000000000" in {a.path for a in client.list_artifacts(run.info.run_id, "records")}
 

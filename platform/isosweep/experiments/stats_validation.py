@@ -33,7 +33,8 @@ import numpy as np
 from isosweep.algo.estimators import best_at_k, mean_at_k, worst_at_k
 from isosweep.report import frontier as F
 from isosweep.report.analysis import analyse
-from isosweep.track.curves import Curve
+from isosweep.report.planner import Planner, truncate
+from isosweep.track.curves import Curve, SweepData
 
 BUDGET = 100_000
 COMPUTE = np.concatenate([[0.0], np.unique(np.round(np.geomspace(BUDGET / 64, BUDGET, 12)))])
@@ -128,6 +129,7 @@ def validate(repeats: int = 20, bootstrap: int = 100, seed: int = 0,
         "decision_holdout_hit_rate": float(np.mean(hits)) if hits else math.nan,
         "decision_holdout_value_error_median_abs": float(np.median(errors)) if errors else math.nan,
         "decision_holdout_possible": len(hits),
+        "planner": validate_planner(repeats, bootstrap, seed + 1, log),
     }
 
 
@@ -156,5 +158,79 @@ def write_report(summary: dict, out: str | Path) -> Path:
         f"of {s['decision_holdout_possible']} |",
         f"| decision hold-out: median abs. value error at C_max | {s['decision_holdout_value_error_median_abs']:.4f} |",
     ]
+    if "planner" in s:
+        p = s["planner"]
+        lines += [
+            "", "## The planner (`isosweep recommend`) at a budget it was not given", "",
+            f"The same synthetic truth, {p['repeats']} repeats per scenario, each seed run as its own sweep "
+            f"({p['bootstrap']} bootstrap replicates). *between*: seed 0 run to C_max/4, seed 1 to C_max, the "
+            "planner asked at C_max/2 (pooling two budgets); *beyond*: both seeds run to C_max/4, asked at C_max "
+            "(a 4x extrapolation). *Good*: the recommendation is the true best, or the true best's value lies "
+            "within the recommendation's 90% interval.", "",
+            "| scenario | C | true best recommended | good | 90% interval holds its true value | median / max regret |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        for name in ("between", "beyond"):
+            q = p[name]
+            lines.append(f"| {name} | {q['C']:,.0f} | {q['correct']:.0%} | {q['good']:.0%} | {q['coverage_90']:.0%} | "
+                         f"{q['regret_median']:.4f} / {q['regret_max']:.4f} |")
     (out / "validation.md").write_text("\n".join(lines) + "\n")
     return out / "validation.md"
+
+
+# --------------------------------------------------------------------------------- the planner
+
+SYNTHETIC_PARAMS = {"task.name": "synthetic", "task.levels": "[0]", "task.difficulty": "easy",
+                    "model.name": "synthetic", "algorithm.lr_ref": "1e-05"}
+
+
+def as_sweeps(curves: list[Curve], budgets: dict[int, int]) -> list[SweepData]:
+    """The synthetic curves split by seed into one sweep per seed, seed ``s`` run at budget ``budgets[s]``."""
+    out = []
+    for seed, budget in budgets.items():
+        mine = [c for c in curves if c.fields["seed"] == seed]
+        out += truncate([SweepData(f"synthetic-s{seed}", BUDGET, dict(SYNTHETIC_PARAMS), {}, mine)], budget)
+    for data in out:
+        data.sweep_id = f"synthetic-{data.budget}-{data.curves[0].fields['seed']}"
+    return out
+
+
+def planner_repeat(rng: np.random.Generator, bootstrap: int, scenario: str, truth: dict[str, dict] = TRUTH) -> dict:
+    """One synthetic sweep pair planned from. ``between``: seed 0 run to C_max / 4 and seed 1 to C_max, asked at
+    C_max / 2; ``beyond``: both seeds run to C_max / 4, asked at C_max (an extrapolation by 4x)."""
+    curves, offsets = synthetic_sweep(truth, rng)
+    if scenario == "between":
+        sweeps, C = as_sweeps(curves, {0: BUDGET // 4, 1: BUDGET}), BUDGET / 2
+    else:
+        sweeps, C = as_sweeps(curves, {0: BUDGET // 4, 1: BUDGET // 4}), float(BUDGET)
+    rec = Planner(sweeps, "mean", bootstrap=bootstrap, seed=int(rng.integers(2**31))).at(C)
+    truths = {key: float(true_value(p, C, offsets)[0]) for key, p in truth.items()}
+    best = max(truths, key=truths.get)
+    return {"scenario": scenario, "C": C, "recommended": rec.config, "true_best": best,
+            "correct": rec.config == best, "best_within_interval": bool(rec.low <= truths[best] <= rec.high),
+            "covered": bool(rec.low <= truths[rec.config] <= rec.high), "regret": truths[best] - truths[rec.config],
+            "p_best": rec.p_best, "extrapolated": rec.extrapolated, "warnings": len(rec.warnings)}
+
+
+def validate_planner(repeats: int = 20, bootstrap: int = 100, seed: int = 1,
+                     log: Callable[[str], None] = print) -> dict:
+    """The planner on synthetic sweeps (:data:`TRUTH`): for each scenario of :func:`planner_repeat`, how often the
+    recommendation is the true best or the true best's value lies within the recommendation's 90% interval
+    (``good``), how often its interval holds its own true value (coverage), and its median regret."""
+    rng = np.random.default_rng(seed)
+    out = {"repeats": repeats, "bootstrap": bootstrap}
+    for scenario in ("between", "beyond"):
+        reps = []
+        for i in range(repeats):
+            reps.append(planner_repeat(rng, bootstrap, scenario))
+            log(f"[validate-stats] planner {scenario} {i + 1}/{repeats}: {reps[-1]['recommended']} (true best "
+                f"{reps[-1]['true_best']}), covered {reps[-1]['covered']}")
+        out[scenario] = {
+            "C": reps[0]["C"],
+            "correct": float(np.mean([r["correct"] for r in reps])),
+            "good": float(np.mean([r["correct"] or r["best_within_interval"] for r in reps])),
+            "coverage_90": float(np.mean([r["covered"] for r in reps])),
+            "regret_median": float(np.median([r["regret"] for r in reps])),
+            "regret_max": float(np.max([r["regret"] for r in reps])),
+        }
+    return out

@@ -242,7 +242,8 @@ def base_value(pairs: list[tuple[Curve, np.ndarray]]) -> float | None:
     return float(np.mean(np.concatenate(at_zero))) if at_zero else None
 
 
-def _why_unfittable(c: np.ndarray, v: np.ndarray, base: float | None) -> str | None:
+def why_unfittable(c: np.ndarray, v: np.ndarray, base: float | None) -> str | None:
+    """Why the points ``(c, v)`` cannot carry a sigmoid with ``R0 = base`` (None: they can)."""
     distinct = len(np.unique(c))
     if distinct < F.MIN_POINTS:
         return f"{distinct} evaluation(s) at C > 0; a sigmoid needs {F.MIN_POINTS}"
@@ -253,7 +254,8 @@ def _why_unfittable(c: np.ndarray, v: np.ndarray, base: float | None) -> str | N
     return None
 
 
-def _fit(c: np.ndarray, v: np.ndarray, base: float | None, start: F.SigmoidFit | None = None) -> F.SigmoidFit | None:
+def fit_points(c: np.ndarray, v: np.ndarray, base: float | None, start: F.SigmoidFit | None = None) -> F.SigmoidFit | None:
+    """The sigmoid through ``(c, v)`` with ``R0`` fixed to ``base`` (no bootstrap), or None if it fails."""
     try:
         return F.fit_sigmoid(c, v, bootstrap=0, R0=base, start=None if start is None else start.params)
     except ValueError:
@@ -424,7 +426,7 @@ def decision_holdout(pairs_by_config: dict[str, list[tuple[Curve, np.ndarray]]],
             observed[key] = float(np.mean(ends))
         c, v = running_best_points(pairs)
         window = c <= fraction * c_max
-        if _why_unfittable(c[window], v[window], base) is None and (fit := _fit(c[window], v[window], base)):
+        if why_unfittable(c[window], v[window], base) is None and (fit := fit_points(c[window], v[window], base)):
             predicted[key] = float(fit.predict(c_max))
     out = {"C_max": c_max, "fit_window": fraction * c_max, "predicted_config": None, "observed_config": None,
            "hit": None, "predicted_value": None, "observed_value": None, "abs_error": None, "reason": None}
@@ -473,8 +475,8 @@ def analyse(curves: list[Curve], *, title: str, study: str, budget: int, primary
         for key, pairs in groups.items():
             c, v = running_best_points(pairs)
             records[key] = (c, v)
-            why = _why_unfittable(c, v, base)
-            fit = None if why else _fit(c, v, base)
+            why = why_unfittable(c, v, base)
+            fit = None if why else fit_points(c, v, base)
             if fit is None:
                 unfitted[key] = why or "the fit failed"
                 continue
@@ -491,7 +493,7 @@ def analyse(curves: list[Curve], *, title: str, study: str, budget: int, primary
                 if key not in fits or not group:
                     continue
                 c, v = running_best_points(group)
-                if _why_unfittable(c, v, rep_base) is None and (fit := _fit(c, v, rep_base, start=fits[key])):
+                if why_unfittable(c, v, rep_base) is None and (fit := fit_points(c, v, rep_base, start=fits[key])):
                     rep_fits[key] = fit
                     boots[key].append([fit.params[name] for name in F.PARAM_NAMES])
             reps.append(_predictions(rep_fits, reach, keys, both))

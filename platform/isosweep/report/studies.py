@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from isosweep.report import planner as P
 from isosweep.report.tables import fmt
 
 SUPPORTED, CONTRADICTED, UNRESOLVED, UNTESTED = ("supported", "contradicted", "not resolvable at this scale",
@@ -269,6 +270,70 @@ def _pilot_pick(dashboards: Path) -> str | None:
     return next((line for line in summary.read_text().splitlines() if line.startswith("**Pick**")), None)
 
 
+PLAN_BUDGETS = (1e5, 1e6, 1e7)
+"""The budgets of the report's "what to run" table."""
+
+
+def _budget(C: float) -> str:
+    return f"{C:.0e}".replace("e+0", "e").replace("e+", "e")
+
+
+def planning_section(dashboards: Path, bootstrap: int = 100) -> list[str]:
+    """What to run at each of :data:`PLAN_BUDGETS`, per task/difficulty/model and method, from the study
+    folders that keep their trials' curves (``curves.json``), with the warnings and a leave-one-budget-out check."""
+    lines = ["", "## What to run at C = 1e5, 1e6, 1e7", "",
+             "From `isosweep recommend --budget C --from dashboards` (the planner: every study folder of one task, "
+             "difficulty, model and method pooled by allocation; predicted value with its 90% interval, P(best) from "
+             f"{bootstrap} bootstrap replicates over seeds, sweeps and paired eval problems). Beyond the data the "
+             "values are fits extrapolated, flagged below: read them as a direction and run the suggested sweep "
+             "(`--suggest`) before acting on them."]
+    sweeps = P.load_folders(dashboards)
+    if not sweeps:
+        return lines + ["", "No study folder keeps its trials' curves (`curves.json`, written by `make report` and at "
+                            "the end of each sweep): nothing to plan from yet."]
+    groups: dict[tuple, list] = {}
+    for data in sweeps:
+        key = (tuple(P.identity(data).values()), json.dumps(P.method(data), sort_keys=True))
+        groups.setdefault(key, []).append(data)
+    for (ident, method), members in sorted(groups.items()):
+        task, levels, difficulty, model = ident
+        try:
+            planner = P.Planner(members, "mean", bootstrap=bootstrap)
+        except ValueError as e:
+            lines += ["", f"### {task} {levels}, {difficulty}, {model}", "", f"Not plannable: {e}"]
+            continue
+        lr = json.loads(method).get("algorithm.lr_ref", "?")
+        lines += ["", f"### {task} {levels}, {difficulty}, {model} (lr_ref {lr})", "",
+                  "Rests on: " + ", ".join(f"`{d.sweep_id}` (C = {d.budget:,}, {len(d.curves)} trials)"
+                                           for d in members) + f"; data reach C = {planner.data_C:,.0f}.", "",
+                  f"| C | run (n, Bp, M) | predicted {planner.metric} [90%] | P(best) | within noise | flags |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        notes: dict[str, list[str]] = {}
+        for C in PLAN_BUDGETS:
+            rec = planner.at(C)
+            close = ", ".join(c["config"] for c in rec.within_noise()) or "none"
+            flags = "; ".join(rec.flags) or "-"
+            lines.append(f"| {_budget(C)} | n = {rec.n}, Bp = {rec.Bp}, M = {rec.M:,} | {fmt(rec.value)} "
+                         f"[{fmt(rec.low)}, {fmt(rec.high)}] | {rec.p_best:.2f} | {close} | {flags} |")
+            for w in rec.warnings:
+                notes.setdefault(w, []).append(_budget(C))
+        for w, at in notes.items():
+            lines.append(f"- at C = {', '.join(at)}: {w}")
+        check = P.leave_one_budget_out(members, bootstrap=bootstrap)
+        full = planner.at(check["C_max"])
+        tied = [c["config"] for c in full.contenders if c["within_noise"]]
+        lines += ["", f"Leave-one-budget-out: from the data at C <= {check['from_C']:,.0f} only, the planner picks "
+                      f"{check['recommended']} at C = {check['C_max']:,} (predicted {fmt(check['predicted'])} "
+                      f"[{fmt(check['low'])}, {fmt(check['high'])}], P(best) {check['p_best']:.2f}); observed there: "
+                      f"{fmt(check['observed_recommended'])} (inside its interval: "
+                      f"{'yes' if check['covered'] else 'no'}), the observed best {check['observed_best']} "
+                      f"{fmt(check['observed_best_value'])} (shortfall {fmt(check['shortfall'])}); with all the data "
+                      f"the allocations within noise of the best at C = {check['C_max']:,} are "
+                      f"{', '.join(tied)}, so the pick is "
+                      + ("among them." if check["recommended"] in tied else "not among them.")]
+    return lines
+
+
 def build_report(dashboards: str | Path) -> str:
     """REPORT.md's text from the studies under ``dashboards``."""
     dashboards = Path(dashboards)
@@ -288,6 +353,7 @@ def build_report(dashboards: str | Path) -> str:
         lines += [f"- {e}" for e in c.evidence] or ["- no study of the current method tests this yet"]
         if c.needs:
             lines += ["", f"What it would take: {c.needs}."]
+    lines += planning_section(dashboards)
     lines += ["", "## Studies", ""]
     for s in studies:
         if s.current:

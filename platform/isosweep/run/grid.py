@@ -17,11 +17,13 @@ from pathlib import Path
 from ray import tune
 
 from isosweep.report.analysis import Analysis, analyse, table_text, write_outputs
+from isosweep.report.planner import write_sweep_data
 from isosweep.run.core import Progress, TrialJob, duration, is_finished, open_study, run_trials, say, trial_of
 from isosweep.spec.grid import Sweep
 from isosweep.spec.trial import steps
 from isosweep.spec.yamlio import ConfigError
 from isosweep.track import runs
+from isosweep.track.curves import CURVES_FILE
 
 
 class GridProgress:
@@ -120,17 +122,19 @@ def frontier_report(uri: str, sweep_id: str, out: str | Path | None, dashboards:
                           f"artifact hpo/trials.txt of parent run {parent.info.run_id} (and runs/sweeps/{sweep_id}/hpo/)")
     out = Path(runs_root) / sweep_id / "frontier" if out is None else Path(out)
     metric = tags["isosweep.metric"]
-    k = int(metric.split("@")[1])
-    curves = runs.read_curves(client, sweep_id, k)
+    data = runs.read_sweep(client, parent)
+    curves = data.curves
     analysis = analyse(curves, title=sweep_id, study=tags["isosweep.study"], budget=int(params["sweep.budget"]),
                        primary=metric.split("/")[1], points=int(params["spec.frontier.points"]),
                        bootstrap=int(params["spec.frontier.bootstrap"]), difficulty=tags.get("isosweep.difficulty", ""))
     paths = write_outputs(analysis, out)
+    paths[CURVES_FILE] = write_sweep_data(data, out)
     for path in paths.values():
         client.log_artifact(parent.info.run_id, str(path), artifact_path="frontier")
     runs.log_frontier(client, parent.info.run_id, analysis)
     if dashboards:
         write_outputs(analysis, dashboards)
+        write_sweep_data(data, dashboards)
     log("")
     log(table_text(analysis))
     log("")

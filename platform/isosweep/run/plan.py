@@ -118,4 +118,5 @@ def plan(sweep: Sweep, cluster: str | Path | None = None) -> str:
             longest = max(trial_gpu_hours(sweep, p.cfg) / need["GPU"] for p in sweep.trials)
             lines.append(f"  about {rounds} round(s) of trials, {longest:,.1f} h wall each at most: "
                          f"~{rounds * longest:,.1f} h of wall time, {total_hours:,.0f} GPU-hours")
+    lines.append("which allocation to run at a budget, from finished sweeps: isosweep recommend --budget C")
     return "\n".join(lines)

@@ -46,3 +46,49 @@ class Curve:
     """Samples per eval problem behind ``counts``."""
     eval_set: str | None = None
     """Id of the eval problems behind ``counts`` (trials with one id are paired problem by problem)."""
+
+    def to_json(self) -> dict:
+        return {"key": self.key, "config": self.config, "fields": self.fields, "compute": self.compute.tolist(),
+                "values": {name: v.tolist() for name, v in self.values.items()},
+                "counts": None if self.counts is None else self.counts.astype(int).tolist(),
+                "samples": self.samples, "eval_set": self.eval_set}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Curve:
+        counts = data.get("counts")
+        return cls(key=data["key"], config=data["config"], fields={k: int(v) for k, v in data["fields"].items()},
+                   compute=np.asarray(data["compute"], dtype=float),
+                   values={name: np.asarray(v, dtype=float) for name, v in data["values"].items()},
+                   counts=None if counts is None else np.asarray(counts, dtype=float),
+                   samples=data.get("samples"), eval_set=data.get("eval_set"))
+
+
+CURVES_FILE = "curves.json"
+"""A finished sweep's data as a study folder keeps it (:meth:`SweepData.to_json`): enough to redo its
+analysis, or plan from it, without MLflow."""
+
+
+@dataclass
+class SweepData:
+    """A finished sweep as the planner reads it: its id and budget, one trial's config and the sweep
+    file's settings (flattened, as MLflow params), and every trial's curve."""
+
+    sweep_id: str
+    budget: int
+    trial_params: dict[str, str]
+    """One trial's full config, dotted keys (``task.name``, ``algorithm.lr_ref``, ...) as strings."""
+    sweep_params: dict[str, str]
+    """The sweep file's settings, dotted keys (``sweep.file``, ``spec.trial``, ``spec.set.profile``, ...)."""
+    curves: list[Curve]
+
+    def to_json(self) -> dict:
+        return {"sweep_id": self.sweep_id, "budget": self.budget, "trial_params": self.trial_params,
+                "sweep_params": self.sweep_params, "curves": [c.to_json() for c in self.curves]}
+
+    @classmethod
+    def from_json(cls, data: dict, where: str = "") -> SweepData:
+        try:
+            return cls(sweep_id=data["sweep_id"], budget=int(data["budget"]), trial_params=data["trial_params"],
+                       sweep_params=data["sweep_params"], curves=[Curve.from_json(c) for c in data["curves"]])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"{where or 'sweep data'}: not a sweep's curves file ({type(e).__name__}: {e})") from e

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import tempfile
 import time
 from dataclasses import dataclass
@@ -31,8 +32,10 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 from isosweep.spec.trial import entropy_coef, kl_coef, learning_rate, steps
-from isosweep.track.curves import COUNTS_ARTIFACT, COUNTS_KEY, EVAL_SET_KEY, SAMPLES_KEY, Curve
+from isosweep.track.curves import COUNTS_ARTIFACT, COUNTS_KEY, EVAL_SET_KEY, SAMPLES_KEY, Curve, SweepData
 from isosweep.track.server import EXPERIMENT
+
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar per trial's counts read back
 
 SWEEP_TAG = "isosweep.sweep_id"
 TRIAL_TAG = "isosweep.trial"
@@ -304,6 +307,19 @@ def read_curves(mlflow_client, sweep_id: str, k: int) -> list[Curve]:
     return curves
 
 
+def read_sweep(mlflow_client, parent) -> SweepData:
+    """A finished sweep's parent run (from :func:`find_parent` or :func:`finished_grid_sweeps`) with its
+    trials' curves and one trial's config, as :class:`SweepData`."""
+    sweep_id = parent.data.tags[SWEEP_TAG]
+    k = int(parent.data.tags["isosweep.metric"].split("@")[1])
+    child = mlflow_client.search_runs(
+        [experiment_id(mlflow_client)], max_results=1,
+        filter_string=f"tags.`{SWEEP_TAG}` = '{sweep_id}' and tags.`isosweep.kind` = 'trial'")
+    return SweepData(sweep_id=sweep_id, budget=int(parent.data.params["sweep.budget"]),
+                     trial_params=dict(child[0].data.params) if child else {},
+                     sweep_params=dict(parent.data.params), curves=read_curves(mlflow_client, sweep_id, k))
+
+
 def log_metrics(mlflow_client, run_id: str, metrics: list[Metric]) -> None:
     """Log ``metrics`` in batches of at most :data:`BATCH` (MLflow's limit per call)."""
     for i in range(0, len(metrics), BATCH):
@@ -386,3 +402,32 @@ def log_hpo_summary(mlflow_client, parent_id: str, result: dict, files: list) ->
     if result["best_target"]:
         best = result["best_target"]
         mlflow_client.set_tag(parent_id, "isosweep.best_target", f"{best['value']:.4f} ({best['trial']})")
+
+
+# ------------------------------------------------------------------------------- recommendations
+
+
+def log_recommendation(mlflow_client, rec: dict, files: list[Path]) -> str:
+    """A planner's recommendation (``Recommendation.to_json()``) as a run of the experiment: tagged with its
+    budget, the sweeps it rests on and the allocation; the predicted value, interval and P(best) as metrics
+    (step = C); ``files`` (the JSON, the interval plot, a suggested sweep) as artifacts. Returns the run id."""
+    sweeps = ",".join(s["sweep_id"] for s in rec["sources"])
+    tags = {"isosweep.kind": "recommendation", "isosweep.budget": f"{rec['C']:.0f}", "isosweep.sweeps": sweeps[:5000],
+            "isosweep.metric": rec["metric"], "isosweep.recommended": rec["config"] or "none",
+            "isosweep.extrapolated": str(rec["extrapolated"]).lower(),
+            "mlflow.runName": f"recommend-{rec['C']:.0f}",
+            "mlflow.note.content": "\n".join(rec["warnings"]) or "no warnings"}
+    run = mlflow_client.create_run(experiment_id(mlflow_client), tags=tags, run_name=tags["mlflow.runName"])
+    run_id = run.info.run_id
+    _log_params(mlflow_client, run_id, {"budget": f"{rec['C']:.0f}", "n": rec["n"], "Bp": rec["Bp"], "M": rec["M"],
+                                        "metric": rec["metric"], "replicates": rec["replicates"]})
+    now, step = int(time.time() * 1000), int(rec["C"])
+    values = {"predicted": rec["value"], "predicted_low": rec["low"], "predicted_high": rec["high"],
+              "p_best": rec["p_best"], "warnings": len(rec["warnings"])}
+    log_metrics(mlflow_client, run_id, [Metric(f"recommend/{k}", float(v), now, step) for k, v in values.items()
+                                        if v is not None and not math.isnan(float(v))])
+    for path in files:
+        mlflow_client.log_artifact(run_id, str(path))
+    mlflow_client.set_terminated(run_id, status="FINISHED")
+    return run_id
+

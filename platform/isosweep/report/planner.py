@@ -1,0 +1,634 @@
+"""What to run at a budget C: the allocation (Bp, n, M = C // (Bp * n)) that finished sweeps say is
+best there, its predicted metric with a 90% interval, how sure that is, and what would settle it.
+
+Input is every finished sweep of one task, model and difficulty (:class:`SweepData`: from MLflow,
+or the ``curves.json`` a study folder keeps). The planner:
+
+1. **Pools** the sweeps' trials by allocation ``(n, Bp)``. The learning rate is constant over a
+   trial (no schedule over M), so a trial's running best at compute c measures what that allocation
+   has by c whatever budget its sweep had: a sweep at 1e5 covers every C up to 1e5, and sweeps at
+   several budgets add seeds where they overlap and reach where they do not.
+2. **Fits** each allocation's pooled running bests (the sigmoid with ``R0`` fixed to the base
+   model's measured value, as the frontier analysis does), then refits on bootstrap replicates
+   that draw each allocation's trials (seeds, and sweeps) with replacement and the eval problems
+   with replacement, paired across trials.
+3. **At C**: the allocations whose data reach C compete on their fitted values (a fit decides
+   nothing beyond its own data); if none reaches C, every fitted allocation competes on its fit
+   *extrapolated*, and the output says so. The winner's value has the 90% interval of its refits,
+   **P(best)** is the share of replicates it wins, and the runner-ups *within noise* are those
+   whose deficit's 90% interval reaches 0 or that win at least 5% of replicates.
+4. **n*(C) and Bp*(C) across budgets**: on a log grid of C over the data, the winner's ``log2 n``
+   and ``log2 Bp`` are fitted as straight lines in ``log10 C`` (with their replicates' spread), so a
+   C beyond the data gets the trend's n* with an interval, capped to the studied n when read as an
+   allocation.
+5. **Warnings**, each with what to run: C beyond the data or beyond 4x it, n* or Bp* at the edge of
+   what was studied, a winner whose fit is not identified, sweeps that disagree on one allocation
+   by more than twice the seed noise, sweeps pooled with different method settings (lr_ref ...).
+6. **What to run next** (:func:`suggestion`): the one sweep that would most shrink the
+   recommendation's uncertainty -- a grid extension at an edge, else the next budget toward C for
+   the contenders, else more seeds of a tie -- as a sweep spec ready for ``make sweep``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from isosweep.report import frontier as F
+from isosweep.report.analysis import (
+    P_BEST_FLOOR,
+    Resampler,
+    base_value,
+    fit_points,
+    reached,
+    running_best_points,
+    why_unfittable,
+)
+from isosweep.report.plots import png, pyplot
+from isosweep.spec.values import short_count
+from isosweep.spec.yamlio import ConfigError
+from isosweep.track.curves import CURVES_FILE, Curve, SweepData
+
+METRICS = ("mean", "best", "worst")
+
+IDENTITY = ("task.name", "task.levels", "task.difficulty", "model.name")
+"""Trial settings that must be equal for sweeps to be pooled: what is trained, on what."""
+
+NOT_METHOD = {"budget", "Bp", "n", "seed", "profile", "rollout.actors", "trainer.num_workers", "eval.every",
+              "eval.points", "eval.first", *IDENTITY}
+"""Trial settings that do not change what a trial learns (allocation, resources, eval schedule);
+every other setting (``derived.*`` aside) is *method*, and sweeps pooled with different method
+settings are flagged."""
+
+EXTRAPOLATION_SPAN = 4.0
+"""Beyond this factor past the largest compute any data reach, the answer is flagged as an extrapolation to check."""
+
+TREND_GRID = 16
+"""Compute points (log-spaced over the data) on which n*(C) and Bp*(C) are read for their trend."""
+
+
+def curves_path(folder: str | Path) -> Path:
+    return Path(folder) / CURVES_FILE
+
+
+def write_sweep_data(data: SweepData, folder: str | Path) -> Path:
+    """``folder/curves.json``: the sweep's trials' curves and settings (what :func:`load_folders` reads back)."""
+    path = curves_path(folder)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data.to_json()))
+    return path
+
+
+def load_folders(root: str | Path) -> list[SweepData]:
+    """Every study folder under ``root`` that keeps a ``curves.json`` (written by ``isosweep report --refresh``,
+    ``isosweep frontier --dashboards`` and a sweep's end), as :class:`SweepData`."""
+    out = []
+    for path in sorted(Path(root).glob(f"*/{CURVES_FILE}")):
+        out.append(SweepData.from_json(json.loads(path.read_text()), str(path)))
+    return out
+
+
+def identity(data: SweepData) -> dict[str, str]:
+    return {key: data.trial_params.get(key, "?") for key in IDENTITY}
+
+
+def method(data: SweepData) -> dict[str, str]:
+    return {key: value for key, value in data.trial_params.items()
+            if key not in NOT_METHOD and not key.startswith("derived.")}
+
+
+def describe(data: SweepData) -> str:
+    i = identity(data)
+    return (f"{data.sweep_id} (task {i['task.name']} levels {i['task.levels']}, {i['task.difficulty']}, "
+            f"model {i['model.name']}, C = {data.budget:,})")
+
+
+def select(sweeps: list[SweepData], *, task: str | None = None, difficulty: str | None = None,
+           model: str | None = None, explicit: bool = False) -> list[SweepData]:
+    """The sweeps matching ``task``/``difficulty``/``model`` (None: any); they must then share one task,
+    levels, difficulty and model. ``explicit``: the user named the sweeps, so one that does not match is an
+    error rather than skipped. Raises :class:`ConfigError` naming what is missing and listing what is there."""
+    if not sweeps:
+        raise ConfigError("no finished grid sweep to plan from: run one first (make sweep BUDGET=...), or point "
+                          "--from at a folder of study folders with curves.json (e.g. dashboards)")
+    wanted = {"task.name": task, "task.difficulty": difficulty, "model.name": model}
+
+    def matches(data: SweepData) -> bool:
+        return all(v is None or identity(data)[k] == v for k, v in wanted.items())
+
+    chosen = [d for d in sweeps if matches(d)]
+    there = "\n  ".join(describe(d) for d in sweeps)
+    if explicit and len(chosen) < len(sweeps):
+        bad = [d.sweep_id for d in sweeps if not matches(d)]
+        raise ConfigError(f"sweeps {bad} are not of {_wanted(wanted)}; the sweeps given:\n  {there}")
+    if not chosen:
+        raise ConfigError(f"no finished sweep of {_wanted(wanted)}; finished sweeps:\n  {there}")
+    kinds = {tuple(identity(d).values()) for d in chosen}
+    if len(kinds) > 1:
+        listed = "\n  ".join(describe(d) for d in chosen)
+        raise ConfigError("the matching sweeps are of different tasks, difficulties or models; narrow them with "
+                          f"--task/--difficulty/--model or --sweeps:\n  {listed}")
+    return chosen
+
+
+def _wanted(wanted: dict[str, str | None]) -> str:
+    named = [f"{k.split('.')[0] if k != 'task.difficulty' else 'difficulty'} {v}" for k, v in wanted.items() if v]
+    return ", ".join(named) or "any task"
+
+
+# --------------------------------------------------------------------------------- the model
+
+
+@dataclass
+class Recommendation:
+    """The planner's answer at one budget (see the module docstring)."""
+
+    C: float
+    metric: str
+    config: str | None
+    n: int | None = None
+    Bp: int | None = None
+    M: int | None = None
+    value: float = math.nan
+    low: float = math.nan
+    high: float = math.nan
+    p_best: float = math.nan
+    extrapolated: bool = False
+    contenders: list[dict] = field(default_factory=list)
+    """Every allocation that competed at C: config, n, Bp, M, value, low, high, p_best, lead (winner minus it)
+    with its 90% interval, within_noise."""
+    trend: dict = field(default_factory=dict)
+    """n*(C) and Bp*(C) across the data and at C: slope per decade of C, the trend's n* and Bp* at C with intervals."""
+    warnings: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+    """A short label per warning (``beyond the data``, ``n* at grid edge`` ...), in the same order."""
+    sources: list[dict] = field(default_factory=list)
+    """The sweeps it rests on: id, budget, trials, seeds, the compute its data reach."""
+    data_C: float = math.nan
+    """The largest compute any pooled trial's data reach."""
+    replicates: int = 0
+    noise: str = ""
+
+    def within_noise(self) -> list[dict]:
+        return [c for c in self.contenders if c["within_noise"] and c["config"] != self.config]
+
+    def to_json(self) -> dict:
+        data = {k: getattr(self, k) for k in ("C", "metric", "config", "n", "Bp", "M", "value", "low", "high",
+                                              "p_best", "extrapolated", "contenders", "trend", "warnings", "flags",
+                                              "sources", "data_C", "replicates", "noise")}
+        return json.loads(json.dumps(data, default=float).replace("NaN", "null"))
+
+
+class Planner:
+    """Fits of every allocation of the pooled sweeps, and their bootstrap refits; :meth:`at` answers at a C."""
+
+    def __init__(self, sweeps: list[SweepData], metric: str = "mean", *, bootstrap: int = 200, seed: int = 0) -> None:
+        if metric not in METRICS:
+            raise ConfigError(f"metric {metric!r}: allowed {list(METRICS)}")
+        if not sweeps:
+            raise ConfigError("no sweeps to plan from")
+        self.sweeps = sweeps
+        self.curves: list[Curve] = []
+        self.budget_of: dict[str, int] = {}
+        for data in sweeps:
+            for c in data.curves:
+                key = f"{data.sweep_id}/{c.key}"
+                self.curves.append(Curve(key=key, config=c.config, fields=dict(c.fields), compute=c.compute,
+                                         values=c.values, counts=c.counts, samples=c.samples, eval_set=c.eval_set))
+                self.budget_of[key] = data.budget
+        if not self.curves:
+            raise ConfigError(f"the sweeps {[d.sweep_id for d in sweeps]} have no evaluated trial")
+        names = sorted(set.intersection(*(set(c.values) for c in self.curves)))
+        have = sorted({m.split("@")[0] for m in names})
+        chosen = [m for m in names if m.split("@")[0] == metric]
+        if len(chosen) != 1:
+            raise ConfigError(f"metric {metric!r}: not logged by every trial of the sweeps used "
+                              f"(every trial has {have or 'no eval metric'}; k values: {names})")
+        self.metric = chosen[0]
+        self.configs: dict[str, dict] = {}
+        for c in self.curves:
+            self.configs.setdefault(c.config, {"n": int(c.fields["n"]), "Bp": int(c.fields["Bp"])})
+        self.keys = sorted(self.configs, key=lambda k: (self.configs[k]["Bp"], self.configs[k]["n"]))
+        self.reach = {key: max(reached(c, self.budget_of[c.key]) for c in self.curves if c.config == key)
+                      for key in self.keys}
+        sampler = Resampler(self.curves, [self.metric])
+        self.noise = sampler.describe()
+        observed = sampler.draw(None)[self.metric]
+        self.base = base_value(observed)
+        self.fits: dict[str, F.SigmoidFit] = {}
+        self.unfitted: dict[str, str] = {}
+        for key, pairs in self._by_config(observed).items():
+            c, v = running_best_points(pairs)
+            why = why_unfittable(c, v, self.base)
+            fit = None if why else fit_points(c, v, self.base)
+            if fit is None:
+                self.unfitted[key] = why or "the fit failed"
+            else:
+                self.fits[key] = fit
+        if not self.fits:
+            raise ConfigError(f"no allocation of the sweeps {[d.sweep_id for d in sweeps]} could be fitted on "
+                              f"{self.metric}: {self.unfitted}")
+        self.observed = observed
+        rng = np.random.default_rng(seed)
+        self.replicates: list[dict[str, F.SigmoidFit]] = []
+        for _ in range(bootstrap):
+            pairs = sampler.draw(rng)[self.metric]
+            rep_base = base_value(pairs)
+            rep = {}
+            for key, group in self._by_config(pairs).items():
+                if key not in self.fits or not group:
+                    continue
+                c, v = running_best_points(group)
+                if why_unfittable(c, v, rep_base) is None and (fit := fit_points(c, v, rep_base, start=self.fits[key])):
+                    rep[key] = fit
+            self.replicates.append(rep)
+        self.data_C = max(self.reach.values())
+
+    def _by_config(self, pairs: list[tuple[Curve, np.ndarray]]) -> dict[str, list[tuple[Curve, np.ndarray]]]:
+        out: dict[str, list] = {key: [] for key in self.keys}
+        for curve, values in pairs:
+            out[curve.config].append((curve, values))
+        return out
+
+    # ----------------------------------------------------------------------------- at a C
+
+    def _candidates(self, C: float) -> tuple[list[str], bool]:
+        inside = [k for k in self.keys if k in self.fits and self.reach[k] * 1.0001 >= C]
+        return (inside, False) if inside else ([k for k in self.keys if k in self.fits], True)
+
+    def _values(self, keys: list[str], C: float) -> tuple[np.ndarray, np.ndarray]:
+        """Observed fitted values ``(keys,)`` and the replicates' ``(replicates, keys)`` (nan: no refit)."""
+        full = np.array([float(self.fits[k].predict(C)) for k in keys])
+        reps = np.full((len(self.replicates), len(keys)), np.nan)
+        for r, rep in enumerate(self.replicates):
+            for i, k in enumerate(keys):
+                if k in rep:
+                    reps[r, i] = float(rep[k].predict(C))
+        return full, reps
+
+    def winner_at(self, C: float, replicate: int | None = None) -> str | None:
+        keys, _ = self._candidates(C)
+        fits = self.fits if replicate is None else self.replicates[replicate]
+        values = {k: float(fits[k].predict(C)) for k in keys if k in fits}
+        return max(values, key=values.get) if values else None
+
+    def at(self, C: float) -> Recommendation:
+        """The recommendation at budget ``C`` (rollouts per run)."""
+        if not (isinstance(C, (int, float)) and math.isfinite(C) and C > 0):
+            raise ConfigError(f"budget {C!r}: must be a positive number of rollouts (e.g. 1e5)")
+        keys, extrapolated = self._candidates(C)
+        full, reps = self._values(keys, C)
+        w = int(np.argmax(full))
+        valid = ~np.all(np.isnan(reps), axis=1)
+        p_best = np.zeros(len(keys))
+        if valid.any():
+            p_best = np.bincount(np.nanargmax(reps[valid], axis=1), minlength=len(keys)) / valid.sum()
+        contenders = []
+        for i, k in enumerate(keys):
+            own = reps[:, i][~np.isnan(reps[:, i])]
+            low, high = (float(q) for q in np.quantile(own, [0.05, 0.95])) if len(own) else (math.nan, math.nan)
+            diff = reps[:, w] - reps[:, i]
+            diff = diff[~np.isnan(diff)]
+            lead_low, lead_high = ((float(q) for q in np.quantile(diff, [0.05, 0.95])) if len(diff) and i != w
+                                   else (math.nan, math.nan))
+            cfg = self.configs[k]
+            contenders.append({
+                "config": k, "n": cfg["n"], "Bp": cfg["Bp"], "M": int(C // (cfg["n"] * cfg["Bp"])),
+                "value": float(full[i]), "low": low, "high": high, "p_best": float(p_best[i]),
+                "lead": float(full[w] - full[i]), "lead_low": lead_low, "lead_high": lead_high,
+                "within_noise": bool(i == w or p_best[i] >= P_BEST_FLOOR or (not math.isnan(lead_low) and lead_low <= 0)),
+                "extrapolated": bool(self.reach[k] * 1.0001 < C), "reach": self.reach[k],
+                "not_identified": F.identification(self.fits[k], self.reach[k]),
+            })
+        contenders.sort(key=lambda c: -c["value"])
+        top = next(c for c in contenders if c["config"] == keys[w])
+        rec = Recommendation(C=float(C), metric=self.metric, config=keys[w], n=top["n"], Bp=top["Bp"], M=top["M"],
+                             value=top["value"], low=top["low"], high=top["high"], p_best=top["p_best"],
+                             extrapolated=extrapolated, contenders=contenders, data_C=self.data_C,
+                             replicates=len(self.replicates), noise=self.noise, sources=self._sources())
+        rec.trend = self.trend(C)
+        found = self._warnings(rec)
+        rec.flags, rec.warnings = [f for f, _ in found], [w for _, w in found]
+        return rec
+
+    def _sources(self) -> list[dict]:
+        out = []
+        for data in self.sweeps:
+            mine = [c for c in self.curves if c.key.startswith(f"{data.sweep_id}/")]
+            out.append({"sweep_id": data.sweep_id, "budget": data.budget, "trials": len(mine),
+                        "seeds": sorted({int(c.fields.get("seed", 0)) for c in mine}),
+                        "configs": sorted({c.config for c in mine}),
+                        "reach": max((reached(c, data.budget) for c in mine), default=0.0)})
+        return out
+
+    # ----------------------------------------------------------------------------- across budgets
+
+    def trend(self, C: float) -> dict:
+        """n*(C) and Bp*(C) as straight lines of ``log2 n*`` and ``log2 Bp*`` in ``log10 C`` over the data
+        (the winner on a log grid of C), with the replicates' spread, and what they give at ``C``."""
+        low_c = min(float(c.compute[c.compute > 0].min()) for c in self.curves if np.any(c.compute > 0))
+        grid = np.geomspace(low_c, self.data_C, TREND_GRID)
+        x = np.log10(grid)
+        out = {"C_from": float(grid[0]), "C_to": float(grid[-1])}
+        for name in ("n", "Bp"):
+            def line(replicate: int | None) -> tuple[float, float] | None:
+                winners = [self.winner_at(float(c), replicate) for c in grid]
+                pts = [(xi, math.log2(self.configs[w][name])) for xi, w in zip(x, winners) if w is not None]
+                if len(pts) < 2:
+                    return None
+                xs, ys = np.array(pts).T
+                slope = float(np.polyfit(xs, ys, 1)[0]) if np.ptp(xs) > 0 else 0.0
+                return slope, float(np.mean(ys) + slope * (math.log10(C) - np.mean(xs)))
+            observed = line(None)
+            if observed is None:
+                continue
+            reps = [r for r in (line(i) for i in range(len(self.replicates))) if r is not None]
+            slopes = np.array([r[0] for r in reps]) if reps else np.array([observed[0]])
+            at = np.array([r[1] for r in reps]) if reps else np.array([observed[1]])
+            studied = sorted({cfg[name] for cfg in self.configs.values()})
+            out[name] = {
+                "slope_per_decade": observed[0], "slope_low": float(np.quantile(slopes, 0.05)),
+                "slope_high": float(np.quantile(slopes, 0.95)),
+                "at_C": 2.0 ** observed[1], "at_C_low": 2.0 ** float(np.quantile(at, 0.05)),
+                "at_C_high": 2.0 ** float(np.quantile(at, 0.95)), "studied": studied,
+            }
+        return out
+
+    # ----------------------------------------------------------------------------- warnings
+
+    def _warnings(self, rec: Recommendation) -> list[tuple[str, str]]:
+        """``(flag, warning)`` pairs: a short label and the warning with what to run."""
+        out = []
+        if rec.extrapolated:
+            out.append(("beyond the data", f"C = {rec.C:,.0f} is beyond every allocation's data (they reach "
+                        f"{self.data_C:,.0f} at most): the values are the fits extrapolated; run a sweep at this budget "
+                        "to measure them (--suggest writes it)"))
+        if rec.C > EXTRAPOLATION_SPAN * self.data_C:
+            out.append((f"{rec.C / self.data_C:.0f}x past the data", f"C = {rec.C:,.0f} is {rec.C / self.data_C:.0f}x "
+                        f"the largest compute studied ({self.data_C:,.0f}); beyond {EXTRAPOLATION_SPAN:g}x no fit here "
+                        "has been checked against data: read the allocation as a direction, and run the next budget "
+                        "(at most 4x) first"))
+        cfg = self.configs[rec.config]
+        for name, other in (("n", "Bp"), ("Bp", "n")):
+            studied = sorted({c[name] for c in self.configs.values() if c[other] == cfg[other]})
+            if len(studied) > 1 and cfg[name] in (studied[0], studied[-1]):
+                side, way = ("smallest", "smaller") if cfg[name] == studied[0] else ("largest", "larger")
+                out.append((f"{name}* at grid edge", f"{name}* = {cfg[name]} is the {side} {name} studied at {other} = "
+                            f"{cfg[other]} ({studied}): the best {name} may be {way}; extend the grid to {way} {name}"))
+        trend_n = rec.trend.get("n")
+        if rec.extrapolated and trend_n:
+            studied = trend_n["studied"]
+            if trend_n["at_C_low"] > studied[-1] or trend_n["at_C_high"] < studied[0]:
+                out.append(("n* trend leaves the grid", f"the trend of n*(C) over the data gives n* ~ "
+                            f"{trend_n['at_C']:.3g} at C (90% [{trend_n['at_C_low']:.3g}, {trend_n['at_C_high']:.3g}]), "
+                            f"outside the n studied ({studied}): extend the grid"))
+        why = F.identification(self.fits[rec.config], self.reach[rec.config])
+        if why:
+            out.append(("winner's fit not identified", f"the winner's fit is not identified ({'; '.join(why)}): its "
+                        "curve has not shown its bend, so its value beyond the data is a guess and the ranking may "
+                        "change at larger C"))
+        out += [("sweeps disagree", w) for w in self._disagreements()]
+        methods = {}
+        for data in self.sweeps:
+            for key, value in method(data).items():
+                methods.setdefault(key, {}).setdefault(value, []).append(data.sweep_id)
+        differing = {key: values for key, values in methods.items() if len(values) > 1}
+        if differing:
+            listed = "; ".join(f"{key}: " + ", ".join(f"{v} ({', '.join(ids)})" for v, ids in values.items())
+                               for key, values in differing.items())
+            out.append(("methods differ", f"the sweeps pooled differ in method settings ({listed}); pass --sweeps "
+                        "to plan from one method"))
+        return out
+
+    def _disagreements(self) -> list[str]:
+        """Allocations run by two sweeps whose mean running bests at the compute both reach differ by more than
+        twice their standard error (from the seed-to-seed spread within the sweeps, pooled; untestable, and
+        skipped, when no sweep has two trials of the allocation)."""
+        out = []
+        for key in self.keys:
+            by_sweep: dict[str, list[tuple[Curve, np.ndarray]]] = {}
+            for curve, values in self.observed:
+                if curve.config == key:
+                    by_sweep.setdefault(curve.key.split("/")[0], []).append((curve, values))
+            if len(by_sweep) < 2 or sum(len(v) for v in by_sweep.values()) <= len(by_sweep):
+                continue
+            common = min(max(float(c.compute.max()) for c, _ in pairs) for pairs in by_sweep.values())
+            per_sweep = {sid: [float(v[c.compute <= common].max()) for c, v in pairs] for sid, pairs in by_sweep.items()}
+            within = sum(float(np.sum((np.array(xs) - np.mean(xs)) ** 2)) for xs in per_sweep.values())
+            sd = math.sqrt(within / (sum(len(xs) for xs in per_sweep.values()) - len(per_sweep)))
+            ids = list(per_sweep)
+            for i in range(len(ids)):
+                for j in range(i + 1, len(ids)):
+                    a, b = per_sweep[ids[i]], per_sweep[ids[j]]
+                    se = sd * math.sqrt(1 / len(a) + 1 / len(b))
+                    gap = float(np.mean(a) - np.mean(b))
+                    if se > 0 and abs(gap) > 2 * se:
+                        out.append(f"{key}: sweeps {ids[i]} and {ids[j]} disagree at C = {common:,.0f} "
+                                   f"({np.mean(a):.3f} vs {np.mean(b):.3f}, gap {gap:+.3f} > 2 SE = {2 * se:.3f}): "
+                                   "check what differs between them before pooling")
+        return out
+
+
+# --------------------------------------------------------------------------------- what to run next
+
+
+def nice(C: float) -> int:
+    """``C`` rounded to two significant digits (88,160 -> 88,000): a budget to type."""
+    digits = max(0, int(math.floor(math.log10(C))) - 1)
+    return int(round(C / 10 ** digits) * 10 ** digits)
+
+
+def suggestion(planner: Planner, rec: Recommendation) -> tuple[dict, str]:
+    """The one sweep (a sweep spec as a dict) that would most shrink ``rec``'s uncertainty, and why.
+
+    In order: n* at the edge of the studied n -> the grid extended past it at the winner's Bp (two
+    more n, doubling); else C beyond the data -> the contenders within noise at the next budget toward
+    C (C itself when it is at most 4x the data, else 4x the data); else a tie or a P(best) under 0.9 ->
+    two more seeds of the contenders within noise at C; else (settled) -> two more seeds of the winner
+    and the runner-up, the cheapest check of the call.
+    """
+    cfg = planner.configs[rec.config]
+    contenders = [c for c in rec.contenders if c["within_noise"]] or rec.contenders[:1]
+    if len(contenders) == 1 and len(rec.contenders) > 1:
+        contenders = rec.contenders[:2]
+    used_seeds = sorted({s for src in rec.sources for s in src["seeds"]})
+    next_seeds = [max(used_seeds, default=-1) + 1 + i for i in range(2)]
+    budget = int(rec.C) if rec.C <= EXTRAPOLATION_SPAN * planner.data_C else nice(EXTRAPOLATION_SPAN * planner.data_C)
+    studied_n = sorted({c["n"] for c in planner.configs.values() if c["Bp"] == cfg["Bp"]})
+    if len(studied_n) > 1 and cfg["n"] == studied_n[-1]:
+        grid = {"n": [cfg["n"], cfg["n"] * 2, cfg["n"] * 4], "Bp": [cfg["Bp"]]}
+        seeds, why = [0, 1], (f"n* = {cfg['n']} is the largest n studied at Bp = {cfg['Bp']}: the grid extended to "
+                              f"n = {cfg['n'] * 4} at C = {budget:,}")
+    elif len(studied_n) > 1 and cfg["n"] == studied_n[0] and cfg["n"] > 1:
+        smaller = sorted({max(1, cfg["n"] // 4), max(1, cfg["n"] // 2), cfg["n"]})
+        grid = {"n": smaller, "Bp": [cfg["Bp"]]}
+        seeds, why = [0, 1], (f"n* = {cfg['n']} is the smallest n studied at Bp = {cfg['Bp']}: the grid extended to "
+                              f"n = {smaller[0]} at C = {budget:,}")
+    elif rec.extrapolated:
+        grid = {"n": sorted({c["n"] for c in contenders}), "Bp": sorted({c["Bp"] for c in contenders})}
+        seeds, why = [0, 1], (f"C is beyond the data ({planner.data_C:,.0f}): the {len(contenders)} contenders within "
+                              f"noise measured at C = {budget:,}" + (" (4x the data, the next step toward C)"
+                                                                      if budget < rec.C else ""))
+    else:
+        grid = {"n": sorted({c["n"] for c in contenders}), "Bp": sorted({c["Bp"] for c in contenders})}
+        seeds = next_seeds
+        why = (f"the call at C = {budget:,} is "
+               + ("a tie" if len([c for c in rec.contenders if c["within_noise"]]) > 1 else f"settled (P(best) "
+                                                                                             f"{rec.p_best:.2f})")
+               + f": seeds {next_seeds} of {', '.join(c['config'] for c in contenders)} to shrink its interval")
+    source = max(planner.sweeps, key=lambda d: d.budget)
+    sp = source.sweep_params
+    settings = {key[len("spec.set."):]: _value(value) for key, value in sp.items() if key.startswith("spec.set.")}
+    difficulty = identity(source)["task.difficulty"]
+    spec = {
+        "name": f"next-{difficulty}-{short_count(budget)}",
+        "description": f"suggested by isosweep recommend --budget {rec.C:g}: {why}",
+        "study": "isocompute",
+        "trial": sp.get("spec.trial", "trials/easy.yaml"),
+        "budget": budget,
+        "grid": grid,
+        "seeds": seeds,
+        "set": settings,
+        "frontier": {"metric": rec.metric.split("@")[0], "points": 8, "bootstrap": 200},
+        "_trial_from": str(Path(sp.get("sweep.file", "sweeps/x.yaml")).parent),
+    }
+    return spec, why
+
+
+def _value(text: str):
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def write_suggestion(spec: dict, why: str, path: str | Path) -> Path:
+    """The suggested sweep as a YAML file at ``path`` (its trial file made relative to it)."""
+    path = Path(path)
+    spec = dict(spec)
+    trial = Path(spec.pop("_trial_from")) / spec["trial"]
+    spec["trial"] = os.path.relpath(os.path.abspath(trial), os.path.abspath(path.parent))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = f"# {why}\n#   make sweep SWEEP={path}\n"
+    path.write_text(header + yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+# --------------------------------------------------------------------------------- text
+
+
+def _f(x: float, digits: int = 3) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def text(rec: Recommendation) -> str:
+    """The recommendation as the command prints it."""
+    lines = [f"At C = {rec.C:,.0f} rollouts per run ({rec.metric}):", ""]
+    lines.append(f"  run  n = {rec.n}, Bp = {rec.Bp}, M = {rec.M:,} steps   ({rec.config}, {rec.n * rec.Bp} rollouts "
+                 "per step)")
+    lines.append(f"  predicted {rec.metric} = {_f(rec.value)}  (90% interval [{_f(rec.low)}, {_f(rec.high)}])"
+                 + ("  -- extrapolated beyond the data" if rec.extrapolated else ""))
+    lines.append(f"  P(best) = {_f(rec.p_best, 2)} over {rec.replicates} bootstrap replicates ({rec.noise})")
+    close = rec.within_noise()
+    if close:
+        lines.append("  within noise of it:")
+        for c in close:
+            lines.append(f"    n = {c['n']}, Bp = {c['Bp']} (M = {c['M']:,}): {_f(c['value'])} [{_f(c['low'])}, "
+                         f"{_f(c['high'])}], P(best) {_f(c['p_best'], 2)}, behind by {_f(c['lead'])} "
+                         f"[{_f(c['lead_low'])}, {_f(c['lead_high'])}]")
+    else:
+        lines.append("  no other allocation is within noise of it")
+    lines.append("")
+    lines.append("  every allocation that competed:")
+    header = f"    {'config':<12} {'M':>8} {'value':>7} {'90% interval':>17} {'P(best)':>8}  data reach"
+    lines.append(header)
+    for c in rec.contenders:
+        lines.append(f"    {c['config']:<12} {c['M']:>8,} {_f(c['value']):>7} [{_f(c['low'])}, {_f(c['high'])}]"
+                     f"{_f(c['p_best'], 2):>9}  {c['reach']:,.0f}" + ("  (fit not identified)" if c["not_identified"]
+                                                                        else ""))
+    for name in ("n", "Bp"):
+        t = rec.trend.get(name)
+        if t:
+            lines.append(f"  {name}*(C) trend over C = {rec.trend['C_from']:,.0f} .. {rec.trend['C_to']:,.0f}: "
+                         f"{t['slope_per_decade']:+.2f} doublings per decade of C (90% [{t['slope_low']:+.2f}, "
+                         f"{t['slope_high']:+.2f}]); at C: {name}* ~ {t['at_C']:.3g} [{t['at_C_low']:.3g}, "
+                         f"{t['at_C_high']:.3g}] (studied {t['studied']})")
+    lines.append("")
+    lines.append("  rests on: " + "; ".join(f"{s['sweep_id']} (C = {s['budget']:,}, {s['trials']} trials, seeds "
+                                            f"{s['seeds']})" for s in rec.sources))
+    if rec.warnings:
+        lines.append("")
+        lines += [f"  warning: {w}" for w in rec.warnings]
+    return "\n".join(lines)
+
+
+def plot(rec: Recommendation) -> bytes:
+    """Each competing allocation's predicted value at C with its 90% interval (the recommendation filled)."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(rec.contenders) + 1.6))
+    for i, c in enumerate(reversed(rec.contenders)):
+        low, high = c["low"], c["high"]
+        if not math.isnan(low):
+            ax.plot([low, high], [i, i], color="tab:blue" if c["within_noise"] else "0.6", lw=2)
+        ax.plot(c["value"], i, "o", color="tab:blue" if c["within_noise"] else "0.6",
+                mfc="tab:blue" if c["config"] == rec.config else "white")
+    ax.set_yticks(range(len(rec.contenders)))
+    ax.set_yticklabels([f"{c['config']} (M={c['M']:,})" for c in reversed(rec.contenders)])
+    ax.set_xlabel(f"predicted {rec.metric} at C = {rec.C:,.0f}" + (" (extrapolated)" if rec.extrapolated else ""))
+    ax.set_title(f"recommend: {rec.config}, P(best) {rec.p_best:.2f}; blue: within noise")
+    fig.tight_layout()
+    return png(fig)
+
+
+# --------------------------------------------------------------------------------- checks
+
+
+def truncate(sweeps: list[SweepData], C: float) -> list[SweepData]:
+    """The sweeps as if each had been run at budget ``C`` (<= its own): every evaluation above C dropped."""
+    out = []
+    for data in sweeps:
+        curves = []
+        for c in data.curves:
+            keep = c.compute <= C
+            curves.append(Curve(key=c.key, config=c.config, fields=dict(c.fields), compute=c.compute[keep],
+                                values={k: v[keep] for k, v in c.values.items()},
+                                counts=None if c.counts is None else c.counts[keep], samples=c.samples,
+                                eval_set=c.eval_set))
+        out.append(SweepData(data.sweep_id, int(min(C, data.budget)), data.trial_params, data.sweep_params, curves))
+    return out
+
+
+def observed_at(sweeps: list[SweepData], metric: str, C: float) -> dict[str, float]:
+    """Each allocation's mean over its trials of the running best at compute <= C, among the trials reaching C."""
+    seen: dict[str, list[float]] = {}
+    for data in sweeps:
+        for c in data.curves:
+            if reached(c, data.budget) * 1.0001 >= C and metric in c.values:
+                seen.setdefault(c.config, []).append(float(c.values[metric][c.compute <= C].max()))
+    return {k: float(np.mean(v)) for k, v in seen.items()}
+
+
+def leave_one_budget_out(sweeps: list[SweepData], metric: str = "mean", *, fraction: float = 0.25,
+                         bootstrap: int = 100) -> dict:
+    """Recommend at the largest budget studied from the data at ``C <= fraction * C_max`` only, and compare
+    with what was observed at C_max: the recommendation, its interval, the observed best, and whether the
+    recommended allocation's observed value is within its interval and within noise of the observed best."""
+    c_max = max(d.budget for d in sweeps)
+    planner = Planner(truncate(sweeps, fraction * c_max), metric, bootstrap=bootstrap)
+    rec = planner.at(c_max)
+    seen = observed_at(sweeps, planner.metric, c_max)
+    best = max(seen, key=seen.get) if seen else None
+    got = seen.get(rec.config, math.nan)
+    return {"C_max": c_max, "from_C": fraction * c_max, "recommended": rec.config, "predicted": rec.value,
+            "low": rec.low, "high": rec.high, "p_best": rec.p_best, "observed_best": best,
+            "observed_best_value": seen.get(best, math.nan), "observed_recommended": got,
+            "hit": rec.config == best, "covered": bool(rec.low <= got <= rec.high) if not math.isnan(got) else None,
+            "shortfall": (seen[best] - got) if best and not math.isnan(got) else math.nan,
+            "within_noise": [c["config"] for c in rec.contenders if c["within_noise"]], "warnings": rec.warnings,
+            "observed": seen}

@@ -1,0 +1,179 @@
+"""The planner behind ``isosweep recommend``: against the frontier analysis (its peer within the data),
+on synthetic sweeps with a known truth (between and beyond the studied budgets), its warnings, its
+suggested sweep, and bad input.
+
+Every sweep here comes from a seeded generator, so each test sees the same data on every run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from isosweep.experiments.stats_validation import (
+    BUDGET,
+    SYNTHETIC_PARAMS,
+    TRUTH,
+    as_sweeps,
+    synthetic_sweep,
+    validate_planner,
+)
+from isosweep.report import planner as P
+from isosweep.report.analysis import analyse
+from isosweep.report.studies import planning_section
+from isosweep.spec.grid import load_sweep
+from isosweep.spec.yamlio import ConfigError
+from isosweep.track.curves import SweepData
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def sweep(truth=TRUTH, seed=0, budget=BUDGET, name="s", **params) -> SweepData:
+    curves, _ = synthetic_sweep(truth, np.random.default_rng(seed))
+    data = SweepData(name, BUDGET, {**SYNTHETIC_PARAMS, **params},
+                     {"sweep.file": str(ROOT / "sweeps" / "n-only.yaml"), "spec.trial": "trials/easy.yaml",
+                      "spec.set.profile": "cpu-half", "spec.set.eval.points": "12"}, curves)
+    return P.truncate([data], budget)[0]
+
+
+def test_within_the_data_the_planner_is_the_frontier_analysis():
+    """One sweep, asked at its budget: the same winner and fitted value as the frontier table's last row."""
+    data = sweep(seed=1)
+    rec = P.Planner([data], bootstrap=20).at(BUDGET)
+    row = analyse(data.curves, title="t", study="isocompute", budget=BUDGET, primary="mean@4",
+                  bootstrap=0).metrics["mean@4"].rows[-1]
+    assert rec.config == row["config"] and rec.value == pytest.approx(row["value"], abs=1e-9)
+    assert rec.M == BUDGET // (rec.n * rec.Bp) and not rec.extrapolated
+    assert rec.low <= rec.value <= rec.high and 0 < rec.p_best <= 1
+    assert sum(c["p_best"] for c in rec.contenders) == pytest.approx(1.0)
+
+
+def test_sweeps_at_two_budgets_are_pooled_by_allocation():
+    curves, _ = synthetic_sweep(TRUTH, np.random.default_rng(2))
+    for data in (sweeps := as_sweeps(curves, {0: BUDGET // 4, 1: BUDGET})):
+        data.sweep_params = {}
+    planner = P.Planner(sweeps, bootstrap=20)
+    assert planner.data_C == BUDGET and set(planner.reach.values()) == {BUDGET}
+    between = planner.at(BUDGET / 2)
+    assert not between.extrapolated and not {"beyond the data"} & set(between.flags)
+    assert [s["budget"] for s in between.sources] == [BUDGET // 4, BUDGET] and all(s["trials"] == 3
+                                                                                   for s in between.sources)
+    past = planner.at(2 * BUDGET)
+    assert past.extrapolated and "beyond the data" in past.flags and not any("past the data" in f for f in past.flags)
+    far = planner.at(100 * BUDGET)
+    assert "100x past the data" in far.flags and "run the next budget" in " ".join(far.warnings)
+
+
+def test_an_allocation_at_the_edge_of_the_grid_is_warned_and_the_suggestion_extends_it(tmp_path):
+    edge = {"n4-Bp16": TRUTH["n4-Bp16"], "n8-Bp16": TRUTH["n8-Bp16"]}  # n8 is best at C_max, the largest n
+    planner = P.Planner([sweep(edge, seed=3)], bootstrap=20)
+    rec = planner.at(BUDGET)
+    assert rec.config == "n8-Bp16" and "n* at grid edge" in rec.flags
+    assert "extend the grid to larger n" in " ".join(rec.warnings)
+    spec, why = P.suggestion(planner, rec)
+    assert spec["grid"] == {"n": [8, 16, 32], "Bp": [16]} and "largest n studied" in why
+    path = P.write_suggestion(spec, why, tmp_path / "sweeps" / "next.yaml")
+    loaded = load_sweep(path)  # a sweep file make sweep takes as it is
+    assert loaded.budget == BUDGET and sorted(p.cfg.n for p in loaded.trials) == [8, 8, 16, 16, 32, 32]
+    assert loaded.trials[0].cfg.profile == "cpu-half" and path.read_text().startswith("# n* = 8 is the largest")
+
+
+def test_beyond_the_data_the_suggestion_is_the_next_budget_for_the_contenders():
+    interior = {**TRUTH, "n32-Bp16": dict(TRUTH["n16-Bp16"], A=0.55)}  # n16 wins far out, n32 is worse
+    planner = P.Planner([sweep(interior, seed=4, budget=BUDGET // 4)], bootstrap=20)
+    rec = planner.at(10 * BUDGET)
+    assert rec.extrapolated and "n* at grid edge" not in rec.flags
+    spec, why = P.suggestion(planner, rec)
+    assert spec["budget"] == P.nice(4 * planner.data_C) and spec["seeds"] == [0, 1] and "next step toward C" in why
+    assert set(spec["grid"]["n"]) == {c["n"] for c in rec.contenders if c["within_noise"]}
+
+
+def test_a_settled_call_within_the_data_asks_for_more_seeds():
+    planner = P.Planner([sweep(seed=5)], bootstrap=20)
+    rec = planner.at(BUDGET / 2)
+    assert rec.flags == [] and rec.config == "n8-Bp16"
+    spec, why = P.suggestion(planner, rec)
+    assert spec["seeds"] == [2, 3] and spec["budget"] == BUDGET // 2 and "seeds [2, 3]" in why
+    assert spec["grid"]["n"] == sorted({c["n"] for c in rec.contenders[:2]})
+
+
+def test_sweeps_that_disagree_beyond_their_noise_are_flagged_and_agreeing_ones_are_not():
+    same = P.Planner([sweep(seed=6, name="a"), sweep(seed=7, name="b")], bootstrap=10).at(BUDGET)
+    assert "sweeps disagree" not in same.flags
+    better = {key: dict(p, A=p["A"] + 0.15) for key, p in TRUTH.items()}
+    apart = P.Planner([sweep(seed=6, name="a"), sweep(better, seed=7, name="b")], bootstrap=10).at(BUDGET)
+    assert "sweeps disagree" in apart.flags
+    assert any("sweeps a and b disagree" in w for w in apart.warnings)
+
+
+def test_sweeps_run_with_other_method_settings_are_flagged():
+    rec = P.Planner([sweep(seed=6, name="a"), sweep(seed=7, name="b", **{"algorithm.lr_ref": "2e-05"})],
+                    bootstrap=5).at(BUDGET)
+    assert "methods differ" in rec.flags and "algorithm.lr_ref: 1e-05 (a), 2e-05 (b)" in " ".join(rec.warnings)
+
+
+def test_bad_input_is_a_clear_error_naming_what_is_there():
+    data = sweep(seed=8)
+    planner = P.Planner([data], bootstrap=0)
+    for bad in (-1.0, 0.0, math.nan, math.inf):
+        with pytest.raises(ConfigError, match="must be a positive number"):
+            planner.at(bad)
+    with pytest.raises(ConfigError, match=r"metric 'median': allowed \['mean', 'best', 'worst'\]"):
+        P.Planner([data], "median")
+    for c in data.curves:
+        del c.values["best@4"]
+    with pytest.raises(ConfigError, match=r"metric 'best': not logged .* has \['mean', 'worst'\]"):
+        P.Planner([data], "best")
+    with pytest.raises(ConfigError, match="no finished grid sweep to plan from"):
+        P.select([])
+    other = sweep(seed=9, name="other", **{"task.name": "countdown"})
+    with pytest.raises(ConfigError, match=r"no finished sweep of task countdown, difficulty hard.*\n  s \(task synthetic"):
+        P.select([data], task="countdown", difficulty="hard")
+    with pytest.raises(ConfigError, match=r"sweeps \['other'\] are not of task synthetic"):
+        P.select([data, other], task="synthetic", explicit=True)
+    with pytest.raises(ConfigError, match="different tasks, difficulties or models"):
+        P.select([data, other])
+    assert P.select([data, other], task="synthetic") == [data]
+
+
+def test_curves_files_round_trip_and_a_damaged_one_names_itself(tmp_path):
+    data = sweep(seed=10)
+    P.write_sweep_data(data, tmp_path / "study")
+    back = P.load_folders(tmp_path)[0]
+    assert back.sweep_id == data.sweep_id and back.trial_params == data.trial_params
+    for a, b in zip(data.curves, back.curves):
+        assert a.key == b.key and a.fields == b.fields and a.eval_set == b.eval_set
+        np.testing.assert_array_equal(a.counts, b.counts)
+        np.testing.assert_allclose(a.values["mean@4"], b.values["mean@4"])
+    broken = tmp_path / "broken" / "curves.json"
+    broken.parent.mkdir()
+    broken.write_text(json.dumps({"sweep_id": "x"}))
+    with pytest.raises(ValueError, match=r"broken/curves.json: not a sweep's curves file"):
+        P.load_folders(tmp_path)
+
+
+def test_the_planner_is_right_or_within_its_interval_on_held_out_budgets():
+    """Seeded synthetic sweeps: the recommendation at a budget between the studied ones and at 4x past them
+    is the true best or the true best lies within its interval in at least 9 of 10 (seed 1 gives 10/10)."""
+    result = validate_planner(repeats=10, bootstrap=30, seed=1, log=lambda line: None)
+    for scenario in ("between", "beyond"):
+        assert result[scenario]["good"] >= 0.9, result
+        assert result[scenario]["coverage_90"] >= 0.7, result
+
+
+def test_leave_one_budget_out_and_the_report_table(tmp_path):
+    data = sweep(seed=11)
+    check = P.leave_one_budget_out([data], bootstrap=10)
+    assert check["C_max"] == BUDGET and check["from_C"] == BUDGET / 4
+    assert check["recommended"] in TRUTH
+    assert check["observed_best"] in TRUTH and check["covered"] in (True, False)
+    assert "nothing to plan from yet" in "\n".join(planning_section(tmp_path))
+    P.write_sweep_data(data, tmp_path / "synthetic")
+    text = "\n".join(planning_section(tmp_path, bootstrap=10))
+    assert "### synthetic [0], easy, synthetic (lr_ref 1e-05)" in text
+    assert all(f"| {c} | n = " in text for c in ("1e5", "1e6", "1e7"))
+    assert "Leave-one-budget-out: from the data at C <= 25,000 only" in text
