@@ -177,3 +177,23 @@ def test_leave_one_budget_out_and_the_report_table(tmp_path):
     assert "### synthetic [0], easy, synthetic (lr_ref 1e-05)" in text
     assert all(f"| {c} | n = " in text for c in ("1e5", "1e6", "1e7"))
     assert "Leave-one-budget-out: from the data at C <= 25,000 only" in text
+
+
+def test_allocations_that_do_not_reach_c_are_named_not_silently_dropped():
+    short = sweep({"n4-Bp16": TRUTH["n4-Bp16"]}, seed=12, budget=BUDGET // 4, name="short")
+    long = sweep({"n8-Bp16": TRUTH["n8-Bp16"], "n16-Bp16": TRUTH["n16-Bp16"]}, seed=13, name="long")
+    rec = P.Planner([short, long], bootstrap=5).at(BUDGET / 2)
+    assert {c["config"] for c in rec.contenders} == {"n8-Bp16", "n16-Bp16"}
+    assert "not every allocation reaches C" in rec.flags and "n4-Bp16 (to 2" in " ".join(rec.warnings)
+    assert math.isnan(P.Planner([long], bootstrap=0).at(BUDGET).p_best)
+
+
+def test_an_allocation_without_a_fit_is_named():
+    data = sweep(seed=14)
+    for c in data.curves:
+        c.counts = None  # the values as logged, no per-problem counts to recompute them from
+        if c.config == "n4-Bp16":
+            c.values["mean@4"][1:] = c.values["mean@4"][0] - 0.01  # never above the base: no curve to fit
+    rec = P.Planner([data], bootstrap=0).at(BUDGET)
+    assert "n4-Bp16" not in {c["config"] for c in rec.contenders}
+    assert "allocations without a fit" in rec.flags and "n4-Bp16 (its running best rose" in " ".join(rec.warnings)

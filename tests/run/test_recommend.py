@@ -70,3 +70,16 @@ def test_the_command_answers_bad_input_with_what_is_there(mlflow_server, studies
     assert "run  n = " in capsys.readouterr().out
     with pytest.raises(ConfigError, match="--sweeps 'nope': no finished grid sweep with that id in MLflow"):
         from_mlflow(uri, ["nope"])
+
+
+def test_without_filters_it_plans_for_the_newest_sweeps_kind_and_says_so(studies):
+    curves, _ = synthetic_sweep(TRUTH, np.random.default_rng(1))
+    hard = SweepData("zz-hard-100k", BUDGET, {**SYNTHETIC_PARAMS, "task.difficulty": "hard"}, {}, curves)
+    P.write_sweep_data(hard, studies / "zz-hard")
+    lines = []
+    rec = recommend("1e5", folder=studies, bootstrap=5, log=lines.append)
+    assert [s["sweep_id"] for s in rec.sources] == ["synthetic-100k-abc"]
+    assert "planning for task synthetic, difficulty easy, model synthetic" in lines[0]
+    assert "choose with --task/--difficulty/--model" in lines[0]
+    rec = recommend("1e5", folder=studies, bootstrap=5, difficulty="hard", log=lines.append)
+    assert [s["sweep_id"] for s in rec.sources] == ["zz-hard-100k"]

@@ -286,7 +286,7 @@ class Planner:
         full, reps = self._values(keys, C)
         w = int(np.argmax(full))
         valid = ~np.all(np.isnan(reps), axis=1)
-        p_best = np.zeros(len(keys))
+        p_best = np.full(len(keys), math.nan)
         if valid.any():
             p_best = np.bincount(np.nanargmax(reps[valid], axis=1), minlength=len(keys)) / valid.sum()
         contenders = []
@@ -374,6 +374,15 @@ class Planner:
                         f"the largest compute studied ({self.data_C:,.0f}); beyond {EXTRAPOLATION_SPAN:g}x no fit here "
                         "has been checked against data: read the allocation as a direction, and run the next budget "
                         "(at most 4x) first"))
+        left = [k for k in self.keys if k in self.fits and k not in {c["config"] for c in rec.contenders}]
+        if left:
+            out.append(("not every allocation reaches C", f"{len(left)} allocation(s) were studied only below C = "
+                        f"{rec.C:,.0f} and did not compete: " + ", ".join(f"{k} (to {self.reach[k]:,.0f})" for k in left)
+                        + "; run them at this budget to compare them"))
+        if self.unfitted:
+            out.append(("allocations without a fit", "no curve could be fitted for " + "; ".join(
+                f"{k} ({why})" for k, why in self.unfitted.items()) + ": they did not compete; more evaluations or "
+                "a larger budget would give them one"))
         cfg = self.configs[rec.config]
         for name, other in (("n", "Bp"), ("Bp", "n")):
             studied = sorted({c[name] for c in self.configs.values() if c[other] == cfg[other]})

@@ -97,6 +97,12 @@ def recommend(budget: str | float, *, uri: str | None = None, folder: str | Path
     if metric not in P.METRICS:
         raise ConfigError(f"--metric {metric!r}: allowed {list(P.METRICS)}")
     sweeps = from_folders(folder, sweep_ids) if folder is not None else from_mlflow(uri, sweep_ids)
+    kinds = {tuple(P.identity(d).values()) for d in sweeps}
+    if not sweep_ids and task is None and difficulty is None and model is None and len(kinds) > 1:
+        first = P.identity(sweeps[0])
+        task, difficulty, model = first["task.name"], first["task.difficulty"], first["model.name"]
+        log(f"[recommend] planning for task {task}, difficulty {difficulty}, model {model} (the newest sweep's, "
+            f"{sweeps[0].sweep_id}); the sweeps are of {len(kinds)} kinds: choose with --task/--difficulty/--model")
     chosen = P.select(sweeps, task=task, difficulty=difficulty, model=model, explicit=bool(sweep_ids))
     if not sweep_ids:
         chosen = same_method(chosen, log)
