@@ -32,7 +32,7 @@ from pathlib import Path
 from isosweep.models.sizes import SIZES
 from isosweep.report.studies import write_report as write_study_report
 from isosweep.run.plan import plan
-from isosweep.run.submit import how_to_follow, ray_cli, submit
+from isosweep.run.submit import how_to_follow, ray_cli, submit, token_auth
 from isosweep.spec.grid import Sweep
 from isosweep.spec.hpo import HPOStudy
 from isosweep.spec.study import load_study
@@ -166,6 +166,8 @@ def _submit(args: argparse.Namespace) -> None:
     if address is None:
         if not args.cluster:
             raise ConfigError("submit needs --cluster clusters/<x>.yaml (a cluster started with `ray up`) or --address")
+        if token_auth(args.cluster):  # the tunnel and `ray job submit` then send this machine's token
+            os.environ["RAY_AUTH_MODE"] = "token"
         # `ray dashboard` forwards the head's dashboard (127.0.0.1 there) to 127.0.0.1:8265 here over SSH
         tunnel = subprocess.Popen([ray_cli(), "dashboard", "--port", "8265", args.cluster],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -22,9 +22,11 @@ import jsonschema
 import pytest
 import yaml
 
+from isosweep.run.submit import token_auth
 from isosweep.spec.profiles import (
     load_profiles,
 )
+from isosweep.spec.yamlio import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTERS = ROOT / "clusters"
@@ -176,7 +178,9 @@ def test_no_secrets(path: Path):
         def walk(value: Any, where: str) -> None:
             if isinstance(value, dict):
                 for k, v in value.items():
-                    if SECRET_KEYS.search(str(k)) and isinstance(v, str | int) and not str(v).startswith("$"):
+                    a_path = isinstance(v, str) and v == k and v.startswith("~/")  # a file mount: where a secret goes
+                    if SECRET_KEYS.search(str(k)) and isinstance(v, str | int) and not str(v).startswith("$") \
+                            and not a_path:
                         raise AssertionError(f"{path.name}: key {where}{k} holds a literal secret")
                     walk(v, f"{where}{k}.")
             elif isinstance(value, list):
@@ -240,6 +244,31 @@ def test_dashboard_and_mlflow_stay_private(path: Path):
     init = " ".join(commands(config, head=True))
     assert "postgres" in init and "listen_addresses=127.0.0.1" in init, f"{path.name}: no loopback PostgreSQL"
     assert "/run/secrets/mlflow-db-password" in " ".join(docker_options(config, head=True))
+
+
+@pytest.mark.parametrize("path", CLUSTER_FILES, ids=ids(CLUSTER_FILES))
+def test_ray_runs_with_token_authentication(path: Path):
+    """Every node starts Ray with RAY_AUTH_MODE=token and gets the laptop's token by file_mounts; the header
+    says how to make it."""
+    config = load(path)
+    for key in ("head_start_ray_commands", "worker_start_ray_commands"):
+        starts = [c for c in config[key] if "ray start" in c]
+        assert starts and all("export RAY_AUTH_MODE=token;" in c for c in starts), f"{path.name}: {key}"
+    assert config["file_mounts"].get("~/.ray/auth_token") == "~/.ray/auth_token", path.name
+    assert "ray get-auth-token --generate" in path.read_text().split("cluster_name:")[0], path.name
+
+
+def test_submit_to_a_token_cluster_needs_the_token_here(tmp_path, monkeypatch):
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "auth_token"))
+    cluster = CLUSTER_FILES[0]
+    with pytest.raises(ConfigError, match=r"no token .*run `ray get-auth-token --generate`, then `ray up"):
+        token_auth(cluster)
+    (tmp_path / "auth_token").write_text("x" * 32)
+    assert token_auth(cluster)
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("cluster_name: x\n")
+    assert not token_auth(plain)
 
 
 def test_mlflow_script_binds_the_private_ip_never_all_interfaces():

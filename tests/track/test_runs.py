@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from isosweep.spec.grid import load_sweep
+from isosweep.spec.yamlio import ConfigError
 from isosweep.track import runs, server
 from isosweep.trial.files import TrialDir
 
@@ -132,3 +133,16 @@ def test_a_running_server_is_reused(mlflow_server):
     pid = (server.store_dir() / "server.pid").read_text()
     assert server.ensure_server(log=lambda line: None) == uri
     assert (server.store_dir() / "server.pid").read_text() == pid
+
+
+def test_a_bad_port_or_a_server_that_is_not_ours_is_a_clear_error(mlflow_server, tmp_path, monkeypatch):
+    uri, env = mlflow_server
+    monkeypatch.setenv("ISOSWEEP_MLFLOW_PORT", "abc")
+    with pytest.raises(ConfigError, match=r"ISOSWEEP_MLFLOW_PORT='abc': not a port; allowed: a whole number"):
+        server.ensure_server(log=lambda line: None)
+    # the session's server answers on its port, but another store did not start it: not reused
+    monkeypatch.setenv("ISOSWEEP_MLFLOW_PORT", env["ISOSWEEP_MLFLOW_PORT"])
+    monkeypatch.setenv("ISOSWEEP_MLFLOW_DIR", str(tmp_path / "other-store"))
+    with pytest.raises(ConfigError, match=rf"{uri} answers as an MLflow server, but not one isosweep started"):
+        server.ensure_server(log=lambda line: None)
+    assert not (tmp_path / "other-store").exists()

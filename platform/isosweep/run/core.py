@@ -185,9 +185,10 @@ def ray_session(address: str | None) -> Iterator[dict[str, float]]:
 
 def open_study(sweep_id: str, runs_root: str | Path, log: Callable[[str], None]) -> tuple[Path, str]:
     """The study's folder (created) and the tracking URI (a local MLflow server started if needed)."""
+    uri = ensure_server(log)  # a bad port or a foreign server stops the study before any folder is made
     sweep_out = (Path(runs_root) / sweep_id).resolve()
     sweep_out.mkdir(parents=True, exist_ok=True)
-    return sweep_out, ensure_server(log)
+    return sweep_out, uri
 
 
 class ProgressState(Protocol):

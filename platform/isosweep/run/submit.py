@@ -15,11 +15,14 @@ the cluster YAMLs set ``MLFLOW_TRACKING_URI`` on every node.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from isosweep.spec.yamlio import ConfigError
 
 EXCLUDES = [".venv", ".git", ".cache", ".mlflow", "runs", "bench/*.json", "**/__pycache__", ".pytest_cache",
             ".whl"]
@@ -32,6 +35,22 @@ def entrypoint(spec: str, budget: str | None, runs: str, extra: list[str] | None
     if budget:
         args += ["--budget", str(budget)]
     return ["env", "PYTHONPATH=platform", "python", "-m", "isosweep.cli", *args, *(extra or [])]
+
+
+def token_auth(cluster: str | Path) -> bool:
+    """Whether the cluster YAML starts Ray with token authentication (``RAY_AUTH_MODE=token`` in its start
+    commands). If so, this laptop must hold the token the nodes got (``~/.ray/auth_token``, from
+    ``ray get-auth-token --generate``, or ``$RAY_AUTH_TOKEN``); a missing one is a :class:`ConfigError`
+    saying how to make it."""
+    text = Path(cluster).read_text()
+    if "RAY_AUTH_MODE=token" not in text:
+        return False
+    token = Path(os.environ.get("RAY_AUTH_TOKEN_PATH", Path.home() / ".ray" / "auth_token")).expanduser()
+    if not os.environ.get("RAY_AUTH_TOKEN") and not token.is_file():
+        raise ConfigError(f"{cluster}: its nodes run Ray with token authentication, and this machine has no token "
+                          f"({token} is missing): run `ray get-auth-token --generate`, then `ray up {cluster}` so the "
+                          "nodes get the same token")
+    return True
 
 
 def ray_cli() -> str:

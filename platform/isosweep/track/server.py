@@ -2,8 +2,10 @@
 
 If ``MLFLOW_TRACKING_URI`` is unset, :func:`ensure_server` starts (or reuses) ``mlflow server``
 with a SQLite backend and on-disk artifacts under ``$ISOSWEEP_MLFLOW_DIR`` (default ``.mlflow``),
-bound to 127.0.0.1 on ``$ISOSWEEP_MLFLOW_PORT`` (default 5000). It only talks HTTP to the server
-and starts it as a process: it does not import mlflow.
+bound to 127.0.0.1 on ``$ISOSWEEP_MLFLOW_PORT`` (default 5000). A server already answering on that
+port is reused only if it is the one recorded in the store's ``server.pid`` (isosweep's own for
+this store); any other is an error naming both ways out. It only talks HTTP to the server and
+starts it as a process: it does not import mlflow.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from isosweep.spec.yamlio import ConfigError
+
 EXPERIMENT = "isosweep"
 """The MLflow experiment every study and trial of isosweep is logged to."""
 
@@ -27,7 +31,30 @@ def store_dir() -> Path:
 
 
 def server_port() -> int:
-    return int(os.environ.get("ISOSWEEP_MLFLOW_PORT", "5000"))
+    text = os.environ.get("ISOSWEEP_MLFLOW_PORT", "5000")
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 < port < 65536:
+        raise ConfigError(f"ISOSWEEP_MLFLOW_PORT={text!r}: not a port; allowed: a whole number from 1 to 65535 "
+                         "(the local MLflow server's port, default 5000)")
+    return port
+
+
+def own_server(store: Path) -> bool:
+    """Whether the server recorded in ``store/server.pid`` is alive and serves this store (its command line
+    names the store, where the system shows command lines)."""
+    pid_file = store / "server.pid"
+    try:
+        pid = int(pid_file.read_text())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return False
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    if cmdline.exists():
+        return str(store) in cmdline.read_bytes().decode(errors="replace")
+    return True
 
 
 def _healthy(uri: str, timeout: float = 2.0) -> bool:
@@ -49,7 +76,11 @@ def ensure_server(log=print, wait_s: float = 300.0) -> str:
     store, port = store_dir(), server_port()
     uri = f"http://127.0.0.1:{port}"
     if _healthy(uri):
-        return uri
+        if own_server(store):
+            return uri
+        raise ConfigError(f"{uri} answers as an MLflow server, but not one isosweep started for the store {store} "
+                           f"(no live server recorded in {store / 'server.pid'}): set ISOSWEEP_MLFLOW_PORT to a free "
+                           f"port for isosweep's own server, or MLFLOW_TRACKING_URI={uri} to log to that server")
     store.mkdir(parents=True, exist_ok=True)
     (store / "artifacts").mkdir(exist_ok=True)
     mlflow_bin = Path(sys.executable).with_name("mlflow")
