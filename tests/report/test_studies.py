@@ -146,3 +146,14 @@ def test_a_trial_one_step_short_of_the_budget_competes_at_the_budget():
             curve.values = {k: v[keep] for k, v in curve.values.items()}
     stopped = analyse(curves, title="t", study="isocompute", budget=BUDGET, primary="mean@4", bootstrap=20)
     assert stopped.metrics["mean@4"].rows[-1]["config"] != "n8-Bp16"
+
+
+def test_the_report_is_also_a_standalone_html_page(tmp_path):
+    text = "# Title\n\nA **bold** claim with `code` & <tags>.\n\n| a | b |\n| --- | --- |\n| 1 | **2** |\n\n- one\n  more\n- two\n"
+    page = S.to_html(text)
+    assert "<h1>Title</h1>" in page and "<p>A <strong>bold</strong> claim with <code>code</code> &amp; &lt;tags&gt;.</p>" in page
+    assert "<thead><tr><th>a</th><th>b</th></tr></thead><tbody><tr><td>1</td><td><strong>2</strong></td></tr>" in page
+    assert "<ul><li>one more</li><li>two</li></ul>" in page
+    S.write_report(tmp_path)
+    assert (tmp_path / "report.html").read_text().startswith("<!doctype html>")
+    assert "<h1>What the studies found</h1>" in (tmp_path / "report.html").read_text()

@@ -20,8 +20,10 @@ Each claim gets the test, the numbers with their intervals and a verdict:
 from __future__ import annotations
 
 import csv
+import html
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -367,7 +369,66 @@ def build_report(dashboards: str | Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _inline(text: str) -> str:
+    """Escaped ``text`` with the report's inline markdown: ``**bold**`` and `` `code` ``."""
+    out = html.escape(text, quote=False)
+    out = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", out)
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+
+
+def to_html(markdown: str, title: str = "What the studies found") -> str:
+    """The report's markdown (headings, paragraphs, bullet lists, pipe tables, bold, code) as one standalone
+    HTML page."""
+    body, rows, items, para = [], [], [], []
+
+    def flush() -> None:
+        if para:
+            body.append(f"<p>{_inline(' '.join(para))}</p>")
+            para.clear()
+        if items:
+            body.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in items) + "</ul>")
+            items.clear()
+        if rows:
+            cells = [[c.strip() for c in r.strip().strip("|").split("|")] for r in rows
+                     if not re.fullmatch(r"\|?[\s\-|:]+\|?", r.strip())]
+            head, *rest = cells
+            body.append("<table><thead><tr>" + "".join(f"<th>{_inline(c)}</th>" for c in head) + "</tr></thead><tbody>"
+                        + "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>" for r in rest)
+                        + "</tbody></table>")
+            rows.clear()
+
+    for line in markdown.splitlines():
+        heading = re.match(r"(#{1,4}) (.*)", line)
+        if heading:
+            flush()
+            level = len(heading.group(1))
+            body.append(f"<h{level}>{_inline(heading.group(2))}</h{level}>")
+        elif line.startswith("|"):
+            if para or items:
+                flush()
+            rows.append(line)
+        elif line.startswith("- "):
+            if para or rows:
+                flush()
+            items.append(line[2:])
+        elif not line.strip():
+            flush()
+        elif items:
+            items[-1] += " " + line.strip()
+        else:
+            para.append(line.strip())
+    flush()
+    style = ("body{font-family:sans-serif;max-width:70em;margin:2em auto;line-height:1.4}"
+             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left}"
+             "code{background:#f4f4f4}")
+    return (f"<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
+            f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+
+
 def write_report(dashboards: str | Path) -> Path:
+    """``REPORT.md`` and the same as ``report.html`` in ``dashboards``; returns the markdown's path."""
     path = Path(dashboards) / "REPORT.md"
-    path.write_text(build_report(dashboards))
+    text = build_report(dashboards)
+    path.write_text(text)
+    (Path(dashboards) / "report.html").write_text(to_html(text))
     return path
