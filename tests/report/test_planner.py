@@ -197,3 +197,12 @@ def test_an_allocation_without_a_fit_is_named():
     rec = P.Planner([data], bootstrap=0).at(BUDGET)
     assert "n4-Bp16" not in {c["config"] for c in rec.contenders}
     assert "allocations without a fit" in rec.flags and "n4-Bp16 (its running best rose" in " ".join(rec.warnings)
+
+
+def test_a_recommendation_that_wins_fewer_replicates_than_another_is_called_a_tie():
+    same = {"n4-Bp16": TRUTH["n8-Bp16"], "n8-Bp16": TRUTH["n8-Bp16"]}  # truly equal
+    rec = P.Planner([sweep(same, seed=22)], bootstrap=20).at(BUDGET)  # seed 22: the fit's winner wins 45%
+    assert "a tie: another wins more replicates" in rec.flags
+    assert any(c["within_noise"] for c in rec.within_noise())
+    clear = P.Planner([sweep(seed=5)], bootstrap=20).at(BUDGET / 2)
+    assert "a tie: another wins more replicates" not in clear.flags

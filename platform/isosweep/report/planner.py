@@ -379,6 +379,12 @@ class Planner:
             out.append(("not every allocation reaches C", f"{len(left)} allocation(s) were studied only below C = "
                         f"{rec.C:,.0f} and did not compete: " + ", ".join(f"{k} (to {self.reach[k]:,.0f})" for k in left)
                         + "; run them at this budget to compare them"))
+        likelier = [c for c in rec.contenders if c["p_best"] > rec.p_best]
+        if likelier:
+            top = max(likelier, key=lambda c: c["p_best"])
+            out.append(("a tie: another wins more replicates", f"{top['config']} wins more bootstrap replicates "
+                        f"(P(best) {top['p_best']:.2f}) than the recommendation ({rec.p_best:.2f}), whose fitted value "
+                        "is the higher: the two are a tie at this noise; more seeds at C would separate them"))
         if self.unfitted:
             out.append(("allocations without a fit", "no curve could be fitted for " + "; ".join(
                 f"{k} ({why})" for k, why in self.unfitted.items()) + ": they did not compete; more evaluations or "
