@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from isosweep.run.core import TrialJob, duration, is_finished, max_concurrency, trial_of
+from isosweep.run.core import TrialJob, duration, is_finished, max_concurrency, open_study, trial_of
 from isosweep.run.grid import GridProgress
+from isosweep.run.lock import LOCK_FILE, lock_study, release_study
 from isosweep.spec.grid import load_sweep
 from isosweep.spec.yamlio import ConfigError
+from isosweep.track import runs
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "sweeps" / "smoke.yaml"
@@ -58,3 +63,41 @@ def test_grid_progress_counts_finished_trials_and_estimates_only_once_settled(tm
     assert f"best {sweep.metric} 0.700 ({second.key})" in line and "left" in line and "estimating" not in line
     assert progress.complete(second.key) == f"[sweep] trial {second.key} finished"
     assert progress.status(running=0, failed=0, elapsed_s=20).startswith("[sweep] 2/2 trials done")
+
+
+def _hold_lock(folder: Path) -> subprocess.Popen:
+    """Another driver: a process that takes the study's lock and waits."""
+    code = (f"import sys, time; from pathlib import Path; from isosweep.run.lock import lock_study; "
+            f"lock_study(Path({str(folder)!r}), 'other'); print('held', flush=True); time.sleep(120)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_second_driver_of_one_sweep_is_refused_and_a_killed_one_leaves_no_stale_lock(tmp_path):
+    other = _hold_lock(tmp_path)
+    try:
+        with pytest.raises(ConfigError, match=rf"s1 is already being run by another driver \(pid {other.pid} on "):
+            lock_study(tmp_path, "s1")
+    finally:
+        other.kill()
+        other.wait()
+    lock_study(tmp_path, "s1")  # the kernel dropped the killed driver's lock
+    lock_study(tmp_path, "s1")  # the same driver again: a no-op
+    assert f"pid {os.getpid()}" in (tmp_path / LOCK_FILE).read_text()
+    release_study(tmp_path)
+    again = _hold_lock(tmp_path)  # given back: another driver may take it
+    again.kill()
+    again.wait()
+
+
+def test_a_rerun_pointed_at_another_runs_folder_is_refused_before_anything_is_written(mlflow_server, tmp_path):
+    uri, _ = mlflow_server
+    first = tmp_path / "first" / "moved-sweep-1k-abc"
+    runs.open_study_parent(runs.client(uri), "moved-sweep-1k-abc", {"isosweep.out": str(first)}, {})
+    with pytest.raises(ConfigError, match=rf"its trials in {first} .* --runs {first.parent} to resume"):
+        open_study("moved-sweep-1k-abc", tmp_path / "second", log=lambda line: None)
+    assert not (tmp_path / "second").exists()
+    out, _ = open_study("moved-sweep-1k-abc", tmp_path / "first", log=lambda line: None)
+    assert out == first and (first / LOCK_FILE).exists()
+    release_study(out)

@@ -34,6 +34,7 @@ import ray
 from ray import tune
 from ray.tune.integration.ray_train import TuneReportCallback
 
+from isosweep.run.lock import lock_study
 from isosweep.spec.profiles import get_profile
 from isosweep.spec.trial import TrialConfig, resources_of, steps
 from isosweep.spec.yamlio import ConfigError
@@ -184,10 +185,19 @@ def ray_session(address: str | None) -> Iterator[dict[str, float]]:
 
 
 def open_study(sweep_id: str, runs_root: str | Path, log: Callable[[str], None]) -> tuple[Path, str]:
-    """The study's folder (created) and the tracking URI (a local MLflow server started if needed)."""
+    """The study's folder (created, its driver lock taken: see :func:`lock_study`) and the tracking URI (a
+    local MLflow server started if needed). Refused, before any folder is made, when the sweep's MLflow
+    parent run says its trials were written to another runs folder."""
     uri = ensure_server(log)  # a bad port or a foreign server stops the study before any folder is made
     sweep_out = (Path(runs_root) / sweep_id).resolve()
+    parent = runs.find_parent(runs.client(uri), sweep_id)
+    first = parent.data.tags.get("isosweep.out") if parent is not None else None
+    if first and Path(first).resolve() != sweep_out:
+        raise ConfigError(f"{sweep_id} was run with its trials in {first} (tag isosweep.out of its MLflow parent run), "
+                          f"not {sweep_out}: run it again with --runs {Path(first).parent} to resume it there (or give "
+                          "the sweep another name to start a new one)")
     sweep_out.mkdir(parents=True, exist_ok=True)
+    lock_study(sweep_out, sweep_id)
     return sweep_out, uri
 
 

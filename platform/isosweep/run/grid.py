@@ -19,6 +19,7 @@ from ray import tune
 from isosweep.report.analysis import Analysis, analyse, table_text, write_outputs
 from isosweep.report.planner import write_sweep_data
 from isosweep.run.core import Progress, TrialJob, duration, is_finished, open_study, run_trials, say, trial_of
+from isosweep.run.lock import release_study
 from isosweep.spec.grid import Sweep
 from isosweep.spec.trial import steps
 from isosweep.spec.yamlio import ConfigError
@@ -77,6 +78,14 @@ def run_sweep(sweep: Sweep, runs_root: str | Path = "runs/sweeps", dashboards: s
               ) -> Analysis | None:
     """Run (or resume) ``sweep``; returns the frontier analysis, or None if it was interrupted."""
     sweep_out, uri = open_study(sweep.sweep_id, runs_root, log)
+    try:
+        return _run_locked(sweep, sweep_out, uri, dashboards, address, log, progress_every_s)
+    finally:
+        release_study(sweep_out)
+
+
+def _run_locked(sweep: Sweep, sweep_out: Path, uri: str, dashboards: str | Path | None, address: str | None,
+                log: Callable[[str], None], progress_every_s: float) -> Analysis | None:
     client = runs.client(uri)
     parent_id = runs.open_parent(client, sweep, sweep_out)
     pending = [p for p in sweep.trials if not is_finished(trial_of(sweep_out, p.key), p.cfg)]

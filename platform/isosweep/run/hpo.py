@@ -41,6 +41,7 @@ from isosweep.hpo.searcher import JFHPOSearcher, RandomSearcher, asha_scheduler,
 from isosweep.hpo.stopping import DynamicsStopper
 from isosweep.report.hpo import summary, table_text, write_summary
 from isosweep.run.core import Progress, TrialJob, duration, open_study, run_trials, say, trial_of
+from isosweep.run.lock import release_study
 from isosweep.spec.hpo import HPOStudy
 from isosweep.track import runs
 
@@ -287,6 +288,14 @@ def run_hpo(study: HPOStudy, runs_root: str | Path = "runs/sweeps", dashboards: 
             ) -> dict | None:
     """Run (or resume) ``study``; returns its summary (see :func:`isosweep.report.hpo.summary`), or None if interrupted."""
     sweep_out, uri = open_study(study.sweep_id, runs_root, log)
+    try:
+        return _run_locked(study, sweep_out, uri, dashboards, address, log, progress_every_s)
+    finally:
+        release_study(sweep_out)
+
+
+def _run_locked(study: HPOStudy, sweep_out: Path, uri: str, dashboards: str | Path | None, address: str | None,
+                log: Callable[[str], None], progress_every_s: float) -> dict | None:
     client = runs.client(uri)
     spec = study.spec
     tags = {"isosweep.study": "hpo", "isosweep.search": spec.search, "isosweep.metric": study.metric,
