@@ -146,3 +146,14 @@ def test_a_bad_port_or_a_server_that_is_not_ours_is_a_clear_error(mlflow_server,
     with pytest.raises(ConfigError, match=rf"{uri} answers as an MLflow server, but not one isosweep started"):
         server.ensure_server(log=lambda line: None)
     assert not (tmp_path / "other-store").exists()
+
+
+def test_a_local_server_that_stopped_is_restarted_with_its_data(mlflow_server, tmp_path):
+    uri, _ = mlflow_server
+    before = runs.experiment_id(runs.client(uri))
+    assert not server.revive(uri)  # answering: left alone
+    assert server.stop_server()
+    lines = []
+    assert server.revive(uri, log=lines.append)
+    assert "stopped answering: restarting it" in lines[0]
+    assert runs.experiment_id(runs.client(uri)) == before  # the same store

@@ -40,7 +40,7 @@ from isosweep.spec.trial import TrialConfig, resources_of, steps
 from isosweep.spec.yamlio import ConfigError
 from isosweep.track import runs
 from isosweep.track.curves import without_counts
-from isosweep.track.server import ensure_server
+from isosweep.track.server import ensure_server, revive
 from isosweep.trial.files import TrialDir
 from isosweep.trial.job import make_torch_trainer, ray_init
 
@@ -216,8 +216,10 @@ class Progress(tune.Callback):
     """One line per finished or failed trial and a status line every ``every_s`` seconds, for any study."""
 
     def __init__(self, state: ProgressState, sweep_out: Path, log: Callable[[str], None], every_s: float,
-                 prefix: str) -> None:
+                 prefix: str, uri: str | None = None) -> None:
+        """``uri``: the study's MLflow; at each status line a local server that stopped is restarted."""
         self.state, self.sweep_out, self.log, self.every_s, self.prefix = state, sweep_out, log, every_s, prefix
+        self.uri = uri
         self.start, self.last = time.monotonic(), 0.0
         self.ended: set[str] = set()
         self.failed: set[str] = set()
@@ -249,6 +251,8 @@ class Progress(tune.Callback):
         if now - self.last >= self.every_s:
             self.last = now
             self.log(self._status(trials))
+            if self.uri:
+                revive(self.uri, self.log)
 
 
 def run_trials(sweep_out: Path, cfgs: list[TrialConfig], source: str | Path, address: str | None,

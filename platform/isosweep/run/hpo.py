@@ -328,7 +328,7 @@ def _run_locked(study: HPOStudy, sweep_out: Path, uri: str, dashboards: str | Pa
         if spec.search == "asha":
             scheduler = asha_scheduler(study.space, study.metric, "max", time_attr="rollouts",
                                        reduction_factor=spec.asha.reduction_factor)
-        progress = Progress(StudyProgress(search), sweep_out, log, progress_every_s, "hpo")
+        progress = Progress(StudyProgress(search), sweep_out, log, progress_every_s, "hpo", uri=uri)
         run_trials(sweep_out, [probe], study.path, address, progress, log, "hpo", limit=spec.max_trials,
                    stop=stopper, search_alg=search, scheduler=scheduler, num_samples=-1)
     if not ledger.finished or ledger.running:

@@ -157,14 +157,34 @@ class TrialLogger:
     (after a crash between the file write and the log call).
     """
 
-    def __init__(self, uri: str, run_id: str, trial, k: int):
-        """``trial`` is the trial's :class:`isosweep.trial.files.TrialDir` (records, steps, checkpoints)."""
+    def __init__(self, uri: str, run_id: str, trial, k: int, warn=print):
+        """``trial`` is the trial's :class:`isosweep.trial.files.TrialDir` (records, steps, checkpoints);
+        ``warn`` gets one line when MLflow stops answering and one when it is caught up again."""
         self.client = client(uri)
+        self.uri = uri
         self.run_id = run_id
         self.trial = trial
         self.k = k
         self.metric = f"eval/mean@{k}"
-        self.refresh()
+        self.warn = warn
+        self.behind = False
+        """MLflow missed a call: the files hold what it lacks; the next :meth:`log` catches it up first."""
+        self.eval_logged, self.best, self.steps_logged = -1, float("-inf"), 0
+        self._tolerant(self.refresh)
+
+    def _tolerant(self, call, *args, **kwargs) -> bool:
+        """``call`` against MLflow; if the server does not answer (after the MLflow client's own retries) the
+        trial goes on: warn once, mark the logger behind, return False. The trial's files stay the source of
+        truth, so nothing is lost, only late."""
+        try:
+            call(*args, **kwargs)
+            return True
+        except Exception as err:  # MlflowException, requests' ConnectionError, ...: whatever the client raises
+            if not self.behind:
+                self.warn(f"[mlflow] {self.uri} did not answer ({type(err).__name__}: {str(err)[:200]}); training "
+                          f"goes on, its records are kept in {self.trial.path} and logged when MLflow is back")
+            self.behind = True
+            return False
 
     def refresh(self) -> None:
         """Read what the run already holds (another process may have logged since)."""
@@ -175,25 +195,46 @@ class TrialLogger:
         self.steps_logged = max((m.step for m in steps), default=0)
 
     def catch_up(self) -> int:
-        """Log the records and steps of the trial's files that the run lacks; returns how many records."""
-        self.refresh()
+        """Log the records and steps of the trial's files that the run lacks (record checkpoints too, where the
+        trial still has them); returns how many records, or -1 if MLflow did not answer."""
+        was_behind = self.behind
+        self.behind = False
+        if not self._tolerant(self.refresh):
+            return -1
         missing = [r for r in self.trial.records() if r["rollouts"] > self.eval_logged]
         for record in missing:
-            self.log(record, checkpoint=False)
+            self.log(record)
+            if self.behind:
+                return -1
+        if not self._tolerant(self._settle):
+            return -1
+        if was_behind:
+            self.warn(f"[mlflow] {self.uri} answers again: {len(missing)} record(s) of {self.trial.path} caught up")
         return len(missing)
 
     def log(self, record: dict, checkpoint: bool = True) -> None:
+        """Log ``record`` (and the steps before it); if MLflow missed earlier calls, catch it up first. Never
+        raises for an MLflow that does not answer (see :meth:`_tolerant`)."""
+        if self.behind:
+            self.catch_up()  # logs ``record`` too once it is in the files
+            return
+        self._tolerant(self._log, record, checkpoint)
+
+    def _log(self, record: dict, checkpoint: bool) -> None:
         if record["rollouts"] <= self.eval_logged:
             return
         now = int(time.time() * 1000)
         step = int(record["rollouts"])
-        metrics = [Metric(mlflow_name(key), float(value), now, step) for key, value in record.items()
-                   if key.startswith(EVAL_PREFIXES) and value is not None]
-        metrics.append(Metric("tokens", float(record["tokens"]), now, step))
+        metrics = []
         for row in self.trial.steps():
             if self.steps_logged < row["rollouts"] <= step:
                 metrics.extend(Metric(mlflow_name(key), float(value), now, int(row["rollouts"])) for key, value in row.items()
                                if key.startswith(STEP_PREFIXES) and value is not None)
+        # The record's eval metrics go last: refresh() reads the last logged eval as "done up to here", so a
+        # record cut off between two batches is logged again whole rather than taken as done.
+        metrics += [Metric(mlflow_name(key), float(value), now, step) for key, value in record.items()
+                    if key.startswith(EVAL_PREFIXES) and value is not None]
+        metrics.append(Metric("tokens", float(record["tokens"]), now, step))
         log_metrics(self.client, self.run_id, metrics)
         if COUNTS_KEY in record:
             self._log_counts(step)
@@ -202,10 +243,27 @@ class TrialLogger:
         value = record[self.metric]
         if value > self.best:
             self.best = value
-            if checkpoint:
-                self._log_record_checkpoint(record)
-            self.client.set_tag(self.run_id, "isosweep.best_rollouts", str(step))
-            self.client.set_tag(self.run_id, f"isosweep.best_{mlflow_name(self.metric.split('/')[1])}", f"{value:.4f}")
+            self._mark_best(record, checkpoint)
+
+    def _mark_best(self, record: dict, checkpoint: bool = True) -> None:
+        """``record`` is the run's best so far: its checkpoint logged (where the trial still has it), then the tags."""
+        if checkpoint:
+            self._log_record_checkpoint(record)
+        self.client.set_tag(self.run_id, "isosweep.best_rollouts", str(int(record["rollouts"])))
+        self.client.set_tag(self.run_id, f"isosweep.best_{mlflow_name(self.metric.split('/')[1])}",
+                            f"{record[self.metric]:.4f}")
+
+    def _settle(self) -> None:
+        """After an outage or a crash: the counts artifact rewritten whole, and the best record marked (with its
+        checkpoint) if the call that should have marked it was the one MLflow missed."""
+        logged = [r for r in self.trial.records() if r["rollouts"] <= self.eval_logged]
+        if not logged:
+            return
+        if any(COUNTS_KEY in r for r in logged):
+            self._log_counts(self.eval_logged)
+        top = max(logged, key=lambda r: r[self.metric])  # the first of equals, as log() marks them
+        if self.client.get_run(self.run_id).data.tags.get("isosweep.best_rollouts") != str(int(top["rollouts"])):
+            self._mark_best(top)
 
     def _log_counts(self, up_to: int) -> None:
         """The per-problem correct counts of every evaluation so far, as the run's :data:`COUNTS_ARTIFACT`
@@ -226,9 +284,23 @@ class TrialLogger:
         self.client.set_tag(self.run_id, "isosweep.records", ",".join(filter(None, [previous, str(record["rollouts"])])))
 
     def finish(self, status: str, reason: str | None = None) -> None:
+        """Mark the run ended (after catching it up if it is behind); an MLflow that does not answer leaves the
+        run as it is, and the next run of the study catches it up and ends it."""
+        if self.behind and self.catch_up() < 0:
+            return
         if reason:
-            self.client.set_tag(self.run_id, "isosweep.error", reason[:5000])
-        self.client.set_terminated(self.run_id, status=status)
+            self._tolerant(self.client.set_tag, self.run_id, "isosweep.error", reason[:5000])
+        self._tolerant(self.client.set_terminated, self.run_id, status=status)
+
+
+def settle_finished(mlflow_client, uri: str, sweep_id: str, key: str, trial, k: int, log=print) -> None:
+    """A trial finished on disk: its child run caught up to its files and marked FINISHED, if it is not already."""
+    found = find_child(mlflow_client, sweep_id, key)
+    if found is None or found.info.status == "FINISHED":
+        return
+    logger = TrialLogger(uri, found.info.run_id, trial, k, warn=log)
+    if logger.catch_up() >= 0:
+        logger.finish("FINISHED")
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,17 @@ def ensure_server(log=print, wait_s: float = 300.0) -> str:
     raise RuntimeError(f"mlflow server did not answer {uri}/health within {wait_s:.0f} s; see {store / 'server.log'}")
 
 
+def revive(uri: str, log=print) -> bool:
+    """Restart the local server at ``uri`` if it stopped answering (a study's driver calls this as it goes);
+    returns whether it did. A server named by ``MLFLOW_TRACKING_URI`` is not ours to restart."""
+    if os.environ.get("MLFLOW_TRACKING_URI") or _healthy(uri):
+        return False
+    log(f"[mlflow] the local server at {uri} stopped answering: restarting it (the trials keep their records on "
+        "disk and catch MLflow up)")
+    ensure_server(log)
+    return True
+
+
 def stop_server() -> bool:
     """Stop the local server this store started (by PID); returns whether one was running."""
     pid_file = store_dir() / "server.pid"

@@ -1,0 +1,157 @@
+"""MLflow going away mid-trial: training goes on, the files keep everything, and MLflow is caught up
+(eval points, per-step metrics, counts, the best record's checkpoint and tags) once it answers again.
+
+The outage is real at the socket level: the trial logger talks to the session's MLflow server through a
+TCP forwarder, and "down" closes the forwarder (connections refused), "back" opens it again.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from pathlib import Path
+
+from isosweep.spec.grid import load_sweep
+from isosweep.track import runs
+from isosweep.trial.files import TrialDir
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Forwarder:
+    """127.0.0.1:<port> -> the server at ``target``; :meth:`down` refuses and cuts connections, :meth:`up` serves."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.listener: socket.socket | None = None
+        self.open: list[socket.socket] = []
+        self.up()
+
+    def up(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self.listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def down(self) -> None:
+        self.listener.close()
+        for conn in self.open:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            conn.close()
+        self.open.clear()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            self.open += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(a: socket.socket, b: socket.socket) -> None:
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+
+def record(step: int, value: float) -> dict:
+    return {"step": step, "rollouts": step * 32, "tokens": step * 100, "eval/mean@4": value, "eval/best@4": value + 0.2,
+            "eval/worst@4": value - 0.2, "eval_correct": [step % 3, 2, 1, 0], "eval_samples": 4, "eval_set": "s"}
+
+
+def write(out: Path, records: list[dict]) -> None:
+    last = records[-1]["step"]
+    (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (out / "steps.jsonl").write_text("".join(json.dumps({"step": s, "rollouts": 32 * s, "train/reward": 0.1 * s}) + "\n"
+                                             for s in range(1, last + 1)))
+    for r in records:
+        folder = out / "checkpoints" / f"step-{r['step']:06d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "model.safetensors").write_bytes(b"weights-%d" % r["step"])
+
+
+def test_a_trial_outlives_an_mlflow_outage_and_mlflow_is_caught_up_after(mlflow_server, tmp_path, monkeypatch):
+    uri, _ = mlflow_server
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # fail at once instead of the client's minutes of retries
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    client = runs.client(uri)
+    sweep = load_sweep(ROOT / "sweeps" / "smoke.yaml")
+    parent = runs.open_parent(client, sweep, tmp_path)
+    point = sweep.trials[0]
+    child = runs.open_child(client, parent, f"outage-{tmp_path.name}", point.key, point.cfg, point.config_key)
+    proxy = Forwarder(("127.0.0.1", int(uri.rsplit(":", 1)[1])))
+    out = tmp_path / "trial"
+    out.mkdir()
+    records = [record(0, 0.50), record(4, 0.55), record(8, 0.60), record(12, 0.58)]
+    lines: list[str] = []
+    logger = runs.TrialLogger(f"http://127.0.0.1:{proxy.port}", child, TrialDir(out), k=4, warn=lines.append)
+
+    write(out, records[:2])
+    for r in records[:2]:
+        logger.log(r)
+    proxy.down()  # MLflow gone: the trial's next evaluations are only on disk
+    write(out, records[:3])
+    logger.log(records[2])  # the best record, and its checkpoint, missed by MLflow
+    assert logger.behind and len(lines) == 1 and "did not answer" in lines[0] and str(out) in lines[0]
+    logger.finish("FINISHED")  # nothing raises; the run is left as it was
+    assert client.get_run(child).info.status == "RUNNING"
+    assert sorted(m.step for m in client.get_metric_history(child, "eval/mean_at_4")) == [0, 128]
+
+    proxy.up()
+    write(out, records)
+    logger.log(records[3])  # MLflow back: everything the files hold since the outage goes in
+    assert not logger.behind and "answers again" in lines[-1]
+    assert sorted(m.step for m in client.get_metric_history(child, "eval/mean_at_4")) == [0, 128, 256, 384]
+    assert sorted(m.step for m in client.get_metric_history(child, "train/reward")) == [32 * s for s in range(1, 13)]
+    tags = client.get_run(child).data.tags
+    assert tags["isosweep.best_rollouts"] == "256" and tags["isosweep.best_mean_at_4"] == "0.6000"
+    assert "records/rollouts-000000256" in {a.path for a in client.list_artifacts(child, "records")}
+    counts = json.loads(Path(client.download_artifacts(child, "eval_counts.json", str(tmp_path))).read_text())
+    assert counts["rollouts"] == [0, 128, 256, 384]
+    logger.finish("FINISHED")
+    assert client.get_run(child).info.status == "FINISHED"
+    proxy.down()
+
+
+def test_a_logger_started_while_mlflow_is_down_catches_up_later(mlflow_server, tmp_path, monkeypatch):
+    uri, _ = mlflow_server
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    client = runs.client(uri)
+    sweep = load_sweep(ROOT / "sweeps" / "smoke.yaml")
+    parent = runs.open_parent(client, sweep, tmp_path)
+    point = sweep.trials[0]
+    child = runs.open_child(client, parent, f"late-{tmp_path.name}", point.key, point.cfg, point.config_key)
+    proxy = Forwarder(("127.0.0.1", int(uri.rsplit(":", 1)[1])))
+    proxy.down()
+    out = tmp_path / "trial"
+    out.mkdir()
+    records = [record(0, 0.50), record(4, 0.55)]
+    write(out, records)
+    logger = runs.TrialLogger(f"http://127.0.0.1:{proxy.port}", child, TrialDir(out), k=4, warn=lambda line: None)
+    logger.log(records[0])
+    assert logger.behind
+    proxy.up()
+    logger.log(records[1])
+    assert sorted(m.step for m in client.get_metric_history(child, "eval/mean_at_4")) == [0, 128]
+    proxy.down()
