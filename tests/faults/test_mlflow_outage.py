@@ -36,10 +36,15 @@ class Forwarder:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", self.port))
         listener.listen(64)
-        self.listener = listener
+        self.listener, self.serving = listener, True
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
 
     def down(self) -> None:
+        self.serving = False
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept(); close() alone does not
+        except OSError:
+            pass
         self.listener.close()
         for conn in self.open:
             try:
@@ -54,6 +59,9 @@ class Forwarder:
             try:
                 client, _ = listener.accept()
             except OSError:
+                return
+            if not self.serving:
+                client.close()
                 return
             server = socket.create_connection(self.target)
             self.open += [client, server]

@@ -54,7 +54,7 @@ def test_the_command_answers_bad_input_with_what_is_there(mlflow_server, studies
     uri, _ = mlflow_server
     assert main(["recommend", "--budget", "lots", "--from", str(studies), "--no-log"]) == 2
     assert "--budget 'lots' is not a number" in capsys.readouterr().err
-    assert main(["recommend", "--budget", "-1e5", "--from", str(studies), "--no-log"]) == 2
+    assert main(["recommend", "--budget=-1e5", "--from", str(studies), "--no-log"]) == 2
     assert "must be a positive, finite number" in capsys.readouterr().err
     (tmp_path / "empty").mkdir()
     assert main(["recommend", "--budget", "1e5", "--from", str(tmp_path / "empty"), "--no-log"]) == 2

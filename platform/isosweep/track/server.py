@@ -90,8 +90,12 @@ def ensure_server(log=print, wait_s: float = 300.0) -> str:
                "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
     log(f"[mlflow] starting a local tracking server on {uri} (store {store})")
     with open(store / "server.log", "ab") as out:
+        # MLflow's job runner (seven huey consumers, each importing mlflow: minutes of CPU on a busy 2-core
+        # machine before /health answers) serves GenAI jobs that isosweep never submits: off unless asked for.
+        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": os.environ.get("MLFLOW_SERVER_ENABLE_JOB_EXECUTION",
+                                                                                  "false")}
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+                                start_new_session=True, env=env)
     (store / "server.pid").write_text(str(proc.pid))
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
