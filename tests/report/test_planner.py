@@ -32,8 +32,11 @@ from isosweep.track.curves import SweepData
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def sweep(truth=TRUTH, seed=0, budget=BUDGET, name="s", **params) -> SweepData:
+def sweep(truth=TRUTH, seed=0, budget=BUDGET, name="s", first_seed=0, **params) -> SweepData:
+    """A synthetic sweep (2 seeds per config, labelled ``first_seed`` and the next) cut at ``budget``."""
     curves, _ = synthetic_sweep(truth, np.random.default_rng(seed))
+    for c in curves:
+        c.fields["seed"] += first_seed
     data = SweepData(name, BUDGET, {**SYNTHETIC_PARAMS, **params},
                      {"sweep.file": str(ROOT / "sweeps" / "n-only.yaml"), "spec.trial": "trials/easy.yaml",
                       "spec.set.profile": "cpu-half", "spec.set.eval.points": "12"}, curves)
@@ -102,10 +105,10 @@ def test_a_settled_call_within_the_data_asks_for_more_seeds():
 
 
 def test_sweeps_that_disagree_beyond_their_noise_are_flagged_and_agreeing_ones_are_not():
-    same = P.Planner([sweep(seed=6, name="a"), sweep(seed=7, name="b")], bootstrap=10).at(BUDGET)
+    same = P.Planner([sweep(seed=6, name="a"), sweep(seed=7, name="b", first_seed=2)], bootstrap=10).at(BUDGET)
     assert "sweeps disagree" not in same.flags
     better = {key: dict(p, A=p["A"] + 0.15) for key, p in TRUTH.items()}
-    apart = P.Planner([sweep(seed=6, name="a"), sweep(better, seed=7, name="b")], bootstrap=10).at(BUDGET)
+    apart = P.Planner([sweep(seed=6, name="a"), sweep(better, seed=7, name="b", first_seed=2)], bootstrap=10).at(BUDGET)
     assert "sweeps disagree" in apart.flags
     assert any("sweeps a and b disagree" in w for w in apart.warnings)
 
@@ -206,3 +209,16 @@ def test_a_recommendation_that_wins_fewer_replicates_than_another_is_called_a_ti
     assert any(c["within_noise"] for c in rec.within_noise())
     clear = P.Planner([sweep(seed=5)], bootstrap=20).at(BUDGET / 2)
     assert "a tie: another wins more replicates" not in clear.flags
+
+
+def test_the_same_trial_in_two_sweeps_is_one_run_not_two_seeds():
+    """Trials are deterministic: n8-Bp16 seed 0 in two sweeps is the same run (identical curves here, as on
+    this machine); it is kept once, from the sweep that reaches furthest, and its interval does not narrow."""
+    one = sweep(seed=15, name="one")
+    twice = P.Planner([sweep(seed=15, name="short", budget=BUDGET // 4), one], bootstrap=20)
+    alone = P.Planner([one], bootstrap=20)
+    assert len(twice.curves) == len(alone.curves) == len(one.curves)
+    assert {c.key.split("/")[0] for c in twice.curves} == {"one"}
+    a, b = twice.at(BUDGET), alone.at(BUDGET)
+    assert (a.config, a.value, a.low, a.high) == (b.config, b.value, b.low, b.high)
+    assert [s["repeats_left_out"] for s in a.sources] == [len(one.curves), 0]

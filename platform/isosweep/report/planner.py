@@ -7,7 +7,9 @@ or the ``curves.json`` a study folder keeps). The planner:
 1. **Pools** the sweeps' trials by allocation ``(n, Bp)``. The learning rate is constant over a
    trial (no schedule over M), so a trial's running best at compute c measures what that allocation
    has by c whatever budget its sweep had: a sweep at 1e5 covers every C up to 1e5, and sweeps at
-   several budgets add seeds where they overlap and reach where they do not.
+   several budgets add seeds where they overlap and reach where they do not. A trial is
+   deterministic given its allocation, seed and method, so the same (n, Bp, seed) in two sweeps is
+   one run, kept once (from the sweep that reaches furthest), never counted as two seeds.
 2. **Fits** each allocation's pooled running bests (the sigmoid with ``R0`` fixed to the base
    model's measured value, as the frontier analysis does), then refits on bootstrap replicates
    that draw each allocation's trials (seeds, and sweeps) with replacement and the eval problems
@@ -196,8 +198,19 @@ class Planner:
         self.sweeps = sweeps
         self.curves: list[Curve] = []
         self.budget_of: dict[str, int] = {}
-        for data in sweeps:
+        self.repeats: dict[str, int] = {}
+        """sweep id -> its trials left out as repeats of a trial of another sweep (same allocation and seed)."""
+        seen: set[tuple[str, int, str]] = set()
+        # A trial is deterministic given its allocation, seed and method: the same (n, Bp, seed) in two sweeps
+        # is one run measured twice, not two seeds. Keep the one that reaches furthest (largest budget).
+        for data in sorted(sweeps, key=lambda d: -d.budget):
+            recipe = json.dumps(method(data), sort_keys=True)
             for c in data.curves:
+                run = (c.config, int(c.fields.get("seed", 0)), recipe)
+                if run in seen:
+                    self.repeats[data.sweep_id] = self.repeats.get(data.sweep_id, 0) + 1
+                    continue
+                seen.add(run)
                 key = f"{data.sweep_id}/{c.key}"
                 self.curves.append(Curve(key=key, config=c.config, fields=dict(c.fields), compute=c.compute,
                                          values=c.values, counts=c.counts, samples=c.samples, eval_set=c.eval_set))
@@ -311,17 +324,19 @@ class Planner:
         rec = Recommendation(C=float(C), metric=self.metric, config=keys[w], n=top["n"], Bp=top["Bp"], M=top["M"],
                              value=top["value"], low=top["low"], high=top["high"], p_best=top["p_best"],
                              extrapolated=extrapolated, contenders=contenders, data_C=self.data_C,
-                             replicates=len(self.replicates), noise=self.noise, sources=self._sources())
+                             replicates=len(self.replicates), noise=self.noise, sources=self.sources())
         rec.trend = self.trend(C)
         found = self._warnings(rec)
         rec.flags, rec.warnings = [f for f, _ in found], [w for _, w in found]
         return rec
 
-    def _sources(self) -> list[dict]:
+    def sources(self) -> list[dict]:
+        """The sweeps pooled: id, budget, trials kept, repeats left out, seeds, configs, the compute they reach."""
         out = []
         for data in self.sweeps:
             mine = [c for c in self.curves if c.key.startswith(f"{data.sweep_id}/")]
             out.append({"sweep_id": data.sweep_id, "budget": data.budget, "trials": len(mine),
+                        "repeats_left_out": self.repeats.get(data.sweep_id, 0),
                         "seeds": sorted({int(c.fields.get("seed", 0)) for c in mine}),
                         "configs": sorted({c.config for c in mine}),
                         "reach": max((reached(c, data.budget) for c in mine), default=0.0)})
@@ -575,8 +590,10 @@ def text(rec: Recommendation) -> str:
                          f"{t['slope_high']:+.2f}]); at C: {name}* ~ {t['at_C']:.3g} [{t['at_C_low']:.3g}, "
                          f"{t['at_C_high']:.3g}] (studied {t['studied']})")
     lines.append("")
-    lines.append("  rests on: " + "; ".join(f"{s['sweep_id']} (C = {s['budget']:,}, {s['trials']} trials, seeds "
-                                            f"{s['seeds']})" for s in rec.sources))
+    lines.append("  rests on: " + "; ".join(
+        f"{s['sweep_id']} (C = {s['budget']:,}, {s['trials']} trials, seeds {s['seeds']}"
+        + (f"; {s['repeats_left_out']} repeat(s) of another sweep's trial left out" if s.get("repeats_left_out") else "")
+        + ")" for s in rec.sources))
     if rec.warnings:
         lines.append("")
         lines += [f"  warning: {w}" for w in rec.warnings]

@@ -306,8 +306,10 @@ def planning_section(dashboards: Path, bootstrap: int = 100) -> list[str]:
             continue
         lr = json.loads(method).get("algorithm.lr_ref", "?")
         lines += ["", f"### {task} {levels}, {difficulty}, {model} (lr_ref {lr})", "",
-                  "Rests on: " + ", ".join(f"`{d.sweep_id}` (C = {d.budget:,}, {len(d.curves)} trials)"
-                                           for d in members) + f"; data reach C = {planner.data_C:,.0f}.", "",
+                  "Rests on: " + ", ".join(f"`{s['sweep_id']}` (C = {s['budget']:,}, {s['trials']} trials"
+                                           + (f"; {s['repeats_left_out']} left out as repeats of the same run in "
+                                              "another sweep" if s["repeats_left_out"] else "") + ")"
+                                           for s in planner.sources()) + f"; data reach C = {planner.data_C:,.0f}.", "",
                   f"| C | run (n, Bp, M) | predicted {planner.metric} [90%] | P(best) | within noise | flags |",
                   "| --- | --- | --- | --- | --- | --- |"]
         notes: dict[str, list[str]] = {}
