@@ -157,3 +157,29 @@ def test_a_local_server_that_stopped_is_restarted_with_its_data(mlflow_server, t
     assert server.revive(uri, log=lines.append)
     assert "stopped answering: restarting it" in lines[0]
     assert runs.experiment_id(runs.client(uri)) == before  # the same store
+
+
+def test_a_sharded_record_checkpoint_is_logged_whole_and_loads_back(run, tmp_path, base_model):
+    """A large model is saved in shards by save_pretrained: every shard and the index go to MLflow, and the
+    downloaded record loads with from_pretrained to the same weights (forced here with a small shard size)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    uri, client, child = run
+    out = tmp_path / "trial"
+    records = [record(0, 0.50)]
+    write_trial(out, records, [])
+    model = AutoModelForCausalLM.from_pretrained(base_model)
+    folder = out / "checkpoints" / "step-000000"
+    model.save_pretrained(folder, max_shard_size="300KB")
+    (folder / "optimizer_state.pt").write_bytes(b"not logged")
+    shards = sorted(p.name for p in folder.glob("model-*-of-*.safetensors"))
+    assert len(shards) > 1 and (folder / "model.safetensors.index.json").exists()
+    runs.TrialLogger(uri, child, TrialDir(out), k=4).log(records[0])
+    logged = {a.path.rsplit("/", 1)[1] for a in client.list_artifacts(child, "records/rollouts-000000000")}
+    assert set(shards) | {"model.safetensors.index.json", "config.json"} <= logged
+    assert "optimizer_state.pt" not in logged
+    local = client.download_artifacts(child, "records/rollouts-000000000", str(tmp_path / "down"))
+    again = AutoModelForCausalLM.from_pretrained(local, use_safetensors=True)
+    for (name, a), (_, b) in zip(model.state_dict().items(), again.state_dict().items()):
+        assert torch.equal(a, b), name

@@ -42,7 +42,21 @@ TRIAL_TAG = "isosweep.trial"
 BATCH = 1000  # MLflow's log_batch takes at most 1000 metrics per call
 RECORD_FILES = ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json",
                 "tokenizer_config.json", "special_tokens_map.json")
-"""What a record checkpoint logs to MLflow: the model and tokenizer, not the optimizer state."""
+"""What a record checkpoint logs to MLflow: the model and tokenizer, not the optimizer state (a sharded
+model's shards and index too: :func:`record_files`)."""
+def record_files(folder: Path) -> list[Path]:
+    """What a record checkpoint logs from ``folder``: the model's weights -- ``model.safetensors``, or every
+    shard ``model-0000k-of-0000n.safetensors`` with its ``model.safetensors.index.json`` as
+    ``save_pretrained`` writes a large model -- and the config and tokenizer files of :data:`RECORD_FILES`;
+    never the optimizer or trainer state."""
+    if not folder.is_dir():
+        return []
+    shards = sorted(folder.glob("model-*-of-*.safetensors"))
+    index = folder / "model.safetensors.index.json"
+    named = [folder / name for name in RECORD_FILES if (folder / name).exists()]
+    return named + shards + ([index] if index.exists() else [])
+
+
 STEP_PREFIXES = ("train/", "rollout/", "mismatch/", "ais/", "time/")
 EVAL_PREFIXES = ("eval/", "system/", "time/eval_s")
 
@@ -273,7 +287,7 @@ class TrialLogger:
     def _log_record_checkpoint(self, record: dict) -> None:
         folder = self.trial.checkpoint_at(record["step"])
         path = f"records/rollouts-{int(record['rollouts']):09d}"
-        files = [folder / name for name in RECORD_FILES if (folder / name).exists()]
+        files = record_files(folder)
         if not files:
             return  # no checkpoint at this step (it was replaced before we got to it)
         for file in files:
