@@ -102,7 +102,6 @@ def write(out: Path, records: list[dict]) -> None:
 def test_a_trial_outlives_an_mlflow_outage_and_mlflow_is_caught_up_after(mlflow_server, tmp_path, monkeypatch):
     uri, _ = mlflow_server
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # fail at once instead of the client's minutes of retries
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
     client = runs.client(uri)
     sweep = load_sweep(ROOT / "sweeps" / "smoke.yaml")
     parent = runs.open_parent(client, sweep, tmp_path)

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 from mlflow.entities import Metric, Param
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from isosweep.spec.trial import entropy_coef, kl_coef, learning_rate, steps
@@ -193,7 +194,7 @@ class TrialLogger:
         try:
             call(*args, **kwargs)
             return True
-        except Exception as err:  # MlflowException, requests' ConnectionError, ...: whatever the client raises
+        except (MlflowException, OSError) as err:  # what an unreachable server raises (requests' errors are OSErrors)
             if not self.behind:
                 self.warn(f"[mlflow] {self.uri} did not answer ({type(err).__name__}: {str(err)[:200]}); training "
                           f"goes on, its records are kept in {self.trial.path} and logged when MLflow is back")
