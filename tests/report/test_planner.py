@@ -222,3 +222,13 @@ def test_the_same_trial_in_two_sweeps_is_one_run_not_two_seeds():
     a, b = twice.at(BUDGET), alone.at(BUDGET)
     assert (a.config, a.value, a.low, a.high) == (b.config, b.value, b.low, b.high)
     assert [s["repeats_left_out"] for s in a.sources] == [len(one.curves), 0]
+
+
+def test_the_report_names_studies_that_ran_the_same_trials(tmp_path):
+    from isosweep.report.studies import shared_runs
+
+    P.write_sweep_data(sweep(seed=16, name="first"), tmp_path / "first")
+    P.write_sweep_data(sweep({"n8-Bp16": TRUTH["n8-Bp16"]}, seed=16, name="second"), tmp_path / "second")
+    P.write_sweep_data(sweep(seed=17, name="other", first_seed=5), tmp_path / "other")
+    assert shared_runs(tmp_path) == ["- `first` and `second` ran 2 identical trial(s) (n8-Bp16 seed 0, n8-Bp16 seed 1): "
+                                     "the same deterministic runs, so their verdicts are not independent evidence"]

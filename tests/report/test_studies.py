@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -157,3 +158,28 @@ def test_the_report_is_also_a_standalone_html_page(tmp_path):
     S.write_report(tmp_path)
     assert (tmp_path / "report.html").read_text().startswith("<!doctype html>")
     assert "<h1>What the studies found</h1>" in (tmp_path / "report.html").read_text()
+
+
+def test_a_holdout_miss_against_a_tie_decides_nothing():
+    def study(predicted, last):
+        data = {"primary": "mean@4", "seeds": [0, 1], "title": "t", "budget": 100, "difficulty": "easy",
+                "configs": {"n8-Bp16": {"n": 8, "Bp": 16}, "n4-Bp16": {"n": 4, "Bp": 16}, "n2-Bp16": {"n": 2, "Bp": 16},
+                            "n16-Bp32": {"n": 16, "Bp": 32}},
+                "metrics": {"mean@4": {"n_trend": {}, "frontier": [last],
+                                       "decision_holdout": {"predicted_config": predicted, "observed_config": "n4-Bp16",
+                                                            "hit": predicted == "n4-Bp16", "predicted_value": 0.6,
+                                                            "abs_error": 0.02}}}}
+        return S.Study("s", data)
+
+    tie = {"config": "n4-Bp16", "runner_up": "n2-Bp16", "tie": True, "n": 4, "Bp": 16, "n_range": [2, 4, 8]}
+    clear = dict(tie, tie=False, n_range=[4])
+    assert S.holdout_outcome(study("n4-Bp16", tie), "mean@4", study("n4-Bp16", tie).data["metrics"]["mean@4"]
+                              ["decision_holdout"]) == "hit"
+    for predicted, last, outcome in (("n2-Bp16", tie, "tie"), ("n8-Bp16", tie, "tie"), ("n16-Bp32", tie, "miss"),
+                                     ("n8-Bp16", clear, "miss")):
+        s = study(predicted, last)
+        assert S.holdout_outcome(s, "mean@4", s.data["metrics"]["mean@4"]["decision_holdout"]) == outcome
+    ties = [study("n8-Bp16", tie) for _ in range(3)]
+    assert S.holdout_claim(ties, Path("/nonexistent")).verdict == S.UNRESOLVED
+    misses = [study("n16-Bp32", tie) for _ in range(3)]
+    assert S.holdout_claim(misses, Path("/nonexistent")).verdict == S.CONTRADICTED

@@ -225,20 +225,43 @@ def ais_claim(dashboards: Path) -> Claim:
     return claim
 
 
+def holdout_outcome(study: Study, metric: str, d: dict) -> str:
+    """``hit``, ``miss``, or ``tie``: the predicted config is not the observed best, but the frontier at C_max
+    cannot tell them apart (a tie whose winner or runner-up it is, or whose n* set holds its n at its Bp)."""
+    if d["hit"]:
+        return "hit"
+    rows = [r for r in study.data["metrics"][metric].get("frontier", []) if r.get("config")]
+    if not rows:
+        return "miss"
+    last, predicted = rows[-1], d["predicted_config"]
+    cfg = study.data["configs"].get(predicted, {})
+    if predicted in (last["config"], last.get("runner_up")) and last.get("tie"):
+        return "tie"
+    if last.get("tie") and cfg.get("Bp") == last.get("Bp") and cfg.get("n") in last.get("n_range", []):
+        return "tie"
+    return "miss"
+
+
 def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
     """Fits predict 4x out."""
     claim = Claim("the fitted curves predict 4x beyond their data",
                   "decision hold-out: every config fitted on C <= C_max/4, the predicted winner and its value at C_max "
                   "against what was observed; on the real studies and on synthetic sweeps with a known truth")
-    hits = []
+    hits, tried = [], 0
     for study in (s for s in studies if s.current):
         name = study.data["primary"]
         d = study.data["metrics"][name].get("decision_holdout") or {}
         if d.get("predicted_config"):
-            hits.append(bool(d["hit"]))
+            outcome = holdout_outcome(study, name, d)
+            tried += 1
+            if outcome != "tie":
+                hits.append(outcome == "hit")
             claim.evidence.append(f"{study.label()}, {name}: predicted {d['predicted_config']} "
                                   f"({fmt(d['predicted_value'])}), observed best {d['observed_config']} -> "
-                                  f"{'hit' if d['hit'] else 'miss'}, value error {fmt(d['abs_error'])}")
+                                  + ("hit" if outcome == "hit" else "miss" if outcome == "miss" else
+                                     "a miss against a tie: the predicted config is within noise of the observed "
+                                     "best at C_max, so it decides nothing")
+                                  + f", value error {fmt(d['abs_error'])}")
         else:
             claim.evidence.append(f"{study.label()}, {name}: no hold-out ({d.get('reason', 'no data')})")
     validation = dashboards / "methods" / "validation.json"
@@ -249,7 +272,10 @@ def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
             claim.evidence.append(f"synthetic sweeps (`methods/`, {v.get('decision_holdout_possible', '?')} hold-outs): "
                                   f"decision hold-out hit rate {synthetic:.2f}, median value error "
                                   f"{fmt(v.get('decision_holdout_value_error_median_abs'))}")
-    if not hits:
+    if not hits and tried:
+        claim.verdict = UNRESOLVED
+        claim.needs = "hold-outs against untied winners: studies whose curves bend within their budget, more seeds"
+    elif not hits:
         claim.verdict = UNTESTED
         claim.needs = "a study of the current method whose curves bend within their budget (at least 3 for a verdict)"
     elif len(hits) >= 3:
@@ -257,8 +283,8 @@ def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
         claim.verdict = SUPPORTED if rate >= 0.75 else CONTRADICTED if rate <= 0.25 else UNRESOLVED
     else:
         claim.verdict = UNRESOLVED
-        claim.needs = (f"{len(hits)} real decision hold-out(s) so far: at least 3 studies whose curves bend within "
-                       "their budget")
+        claim.needs = (f"{len(hits)} real decision hold-out(s) that decide (not ties) so far: at least 3 studies "
+                       "whose curves bend within their budget")
     return claim
 
 
@@ -338,6 +364,23 @@ def planning_section(dashboards: Path, bootstrap: int = 100) -> list[str]:
     return lines
 
 
+def shared_runs(dashboards: Path) -> list[str]:
+    """Lines naming the studies that ran the same trial (same allocation, seed, task, model and method: a
+    deterministic run measured twice), so their verdicts are read as not independent."""
+    owners: dict[tuple, list[str]] = {}
+    for data in P.load_folders(dashboards):
+        recipe = json.dumps({**P.method(data), **P.identity(data)}, sort_keys=True)
+        for c in data.curves:
+            owners.setdefault((recipe, c.config, int(c.fields.get("seed", 0))), []).append(data.sweep_id)
+    pairs: dict[tuple[str, ...], list[str]] = {}
+    for (_, config, seed), ids in owners.items():
+        if len(ids) > 1:
+            pairs.setdefault(tuple(sorted(ids)), []).append(f"{config} seed {seed}")
+    return [f"- {' and '.join(f'`{i}`' for i in ids)} ran {len(runs)} identical trial(s) ({', '.join(sorted(runs))}): "
+            "the same deterministic runs, so their verdicts are not independent evidence"
+            for ids, runs in sorted(pairs.items())]
+
+
 def build_report(dashboards: str | Path) -> str:
     """REPORT.md's text from the studies under ``dashboards``."""
     dashboards = Path(dashboards)
@@ -365,6 +408,7 @@ def build_report(dashboards: str | Path) -> str:
         else:
             lines.append(f"- `{s.folder}`: analysed with the earlier method (record points only, R0 fitted, one seed, "
                          "no paired counts): shown in its folder, not used for any verdict above")
+    lines += shared_runs(dashboards)
     pick = _pilot_pick(dashboards)
     if pick:
         lines += ["", f"Learning rate of the default recipe (`calibration/summary.md`): {pick.replace('**', '')}."]
