@@ -232,3 +232,12 @@ def test_the_report_names_studies_that_ran_the_same_trials(tmp_path):
     P.write_sweep_data(sweep(seed=17, name="other", first_seed=5), tmp_path / "other")
     assert shared_runs(tmp_path) == ["- `first` and `second` ran 2 identical trial(s) (n8-Bp16 seed 0, n8-Bp16 seed 1): "
                                      "the same deterministic runs, so their verdicts are not independent evidence"]
+
+
+def test_the_report_table_survives_a_study_too_short_to_plan_from(tmp_path):
+    data = sweep(seed=18)
+    few = P.truncate([data], BUDGET / 8)[0]  # evaluations up to C/8 only: nothing fits on C <= C_max / 4
+    few.curves = [c for c in few.curves if c.config == "n4-Bp16"]
+    P.write_sweep_data(few, tmp_path / "short")
+    text = "\n".join(planning_section(tmp_path, bootstrap=5))
+    assert "| 1e5 | n = 4, Bp = 16" in text and "Leave-one-budget-out: not possible here" in text

@@ -349,7 +349,11 @@ def planning_section(dashboards: Path, bootstrap: int = 100) -> list[str]:
                 notes.setdefault(w, []).append(_budget(C))
         for w, at in notes.items():
             lines.append(f"- at C = {', '.join(at)}: {w}")
-        check = P.leave_one_budget_out(members, bootstrap=bootstrap)
+        try:
+            check = P.leave_one_budget_out(members, bootstrap=bootstrap)
+        except ValueError as e:  # too few evaluations below C_max / 4 to fit anything
+            lines += ["", f"Leave-one-budget-out: not possible here ({e})."]
+            continue
         full = planner.at(check["C_max"])
         tied = [c["config"] for c in full.contenders if c["within_noise"]]
         lines += ["", f"Leave-one-budget-out: from the data at C <= {check['from_C']:,.0f} only, the planner picks "
