@@ -31,3 +31,19 @@ def wait_for(predicate, timeout: float, what: str) -> None:
             return
         time.sleep(1.0)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def own_smoke(tmp_path: Path, budget: int | None = None):
+    """``sweeps/smoke.yaml`` under a name of its own (``smoke-<test folder>``): a test that makes MLflow runs for
+    it by hand does not claim the real smoke sweep's id, which a later end-to-end test runs for real (a
+    sweep's parent run records its runs folder, and a rerun elsewhere is refused)."""
+    import yaml
+
+    from isosweep.spec.grid import load_sweep
+
+    data = yaml.safe_load((ROOT / "sweeps" / "smoke.yaml").read_text())
+    data["name"] = "smoke-" + "".join(c if c.isalnum() else "-" for c in tmp_path.name.lower())
+    data["trial"] = str(ROOT / "sweeps" / data["trial"])
+    path = tmp_path / "own-smoke.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_sweep(path, budget=budget)

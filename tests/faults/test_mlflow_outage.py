@@ -12,9 +12,9 @@ import socket
 import threading
 from pathlib import Path
 
-from isosweep.spec.grid import load_sweep
 from isosweep.track import runs
 from isosweep.trial.files import TrialDir
+from sweep_helpers import own_smoke
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -103,7 +103,7 @@ def test_a_trial_outlives_an_mlflow_outage_and_mlflow_is_caught_up_after(mlflow_
     uri, _ = mlflow_server
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # fail at once instead of the client's minutes of retries
     client = runs.client(uri)
-    sweep = load_sweep(ROOT / "sweeps" / "smoke.yaml")
+    sweep = own_smoke(tmp_path)
     parent = runs.open_parent(client, sweep, tmp_path)
     point = sweep.trials[0]
     child = runs.open_child(client, parent, f"outage-{tmp_path.name}", point.key, point.cfg, point.config_key)
@@ -145,7 +145,7 @@ def test_a_logger_started_while_mlflow_is_down_catches_up_later(mlflow_server, t
     uri, _ = mlflow_server
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     client = runs.client(uri)
-    sweep = load_sweep(ROOT / "sweeps" / "smoke.yaml")
+    sweep = own_smoke(tmp_path)
     parent = runs.open_parent(client, sweep, tmp_path)
     point = sweep.trials[0]
     child = runs.open_child(client, parent, f"late-{tmp_path.name}", point.key, point.cfg, point.config_key)

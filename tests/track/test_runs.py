@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from isosweep.spec.grid import load_sweep
 from isosweep.spec.yamlio import ConfigError
 from isosweep.track import runs, server
 from isosweep.trial.files import TrialDir
+from sweep_helpers import own_smoke
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,7 +36,7 @@ def steps_upto(last: int, per_step: int = 32) -> list[dict]:
 @pytest.fixture
 def run(mlflow_server, tmp_path):
     uri, _ = mlflow_server
-    sweep = load_sweep(ROOT / "sweeps/smoke.yaml")
+    sweep = own_smoke(tmp_path)
     client = runs.client(uri)
     parent = runs.open_parent(client, sweep, tmp_path)
     point = sweep.trials[0]
@@ -46,7 +46,7 @@ def run(mlflow_server, tmp_path):
 
 def test_parent_and_child_runs_are_found_again_not_duplicated(mlflow_server, tmp_path):
     uri, _ = mlflow_server
-    sweep = load_sweep(ROOT / "sweeps/smoke.yaml", budget=2048)
+    sweep = own_smoke(tmp_path, budget=2048)
     client = runs.client(uri)
     parent = runs.open_parent(client, sweep, tmp_path)
     assert runs.open_parent(client, sweep, tmp_path) == parent
