@@ -37,6 +37,7 @@ from isosweep.spec.grid import Sweep
 from isosweep.spec.hpo import HPOStudy
 from isosweep.spec.study import load_study
 from isosweep.spec.trial import load_trial
+from isosweep.spec.values import parse_budget
 from isosweep.spec.yamlio import ConfigError
 from isosweep.track import server
 
@@ -199,9 +200,9 @@ def _hpo_bench(args: argparse.Namespace) -> None:
 
 
 def _recommend(args: argparse.Namespace) -> None:
-    from isosweep.run.recommend import parse_budget, recommend  # SciPy, the fitting; MLflow unless --from
+    from isosweep.run.recommend import recommend  # SciPy, the fitting; MLflow unless --from
 
-    parse_budget(args.budget)  # a bad budget answers before a server starts
+    parse_budget(args.budget)  # a bad budget answers before a server starts (spec.values: the sweep files' rule)
     uri = None if args.source is not None and args.no_log else server.ensure_server()
     recommend(args.budget, uri=uri, folder=args.source, sweep_ids=args.sweeps, task=args.task,
               difficulty=args.difficulty, model=args.model, metric=args.metric, bootstrap=args.bootstrap,

@@ -99,17 +99,24 @@ def write(out: Path, records: list[dict]) -> None:
         (folder / "model.safetensors").write_bytes(b"weights-%d" % r["step"])
 
 
-def test_a_trial_outlives_an_mlflow_outage_and_mlflow_is_caught_up_after(mlflow_server, tmp_path, monkeypatch):
+def trial_run(mlflow_server, tmp_path: Path, monkeypatch) -> tuple:
+    """A trial's child run on the session's server, a forwarder to that server, and the trial's folder;
+    MLflow's client set to fail at once instead of retrying for minutes."""
     uri, _ = mlflow_server
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # fail at once instead of the client's minutes of retries
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     client = runs.client(uri)
     sweep = own_smoke(tmp_path)
     parent = runs.open_parent(client, sweep, tmp_path)
     point = sweep.trials[0]
-    child = runs.open_child(client, parent, f"outage-{tmp_path.name}", point.key, point.cfg, point.config_key)
+    child = runs.open_child(client, parent, sweep.sweep_id, point.key, point.cfg, point.config_key)
     proxy = Forwarder(("127.0.0.1", int(uri.rsplit(":", 1)[1])))
     out = tmp_path / "trial"
     out.mkdir()
+    return client, child, proxy, out
+
+
+def test_a_trial_outlives_an_mlflow_outage_and_mlflow_is_caught_up_after(mlflow_server, tmp_path, monkeypatch):
+    client, child, proxy, out = trial_run(mlflow_server, tmp_path, monkeypatch)
     records = [record(0, 0.50), record(4, 0.55), record(8, 0.60), record(12, 0.58)]
     lines: list[str] = []
     logger = runs.TrialLogger(f"http://127.0.0.1:{proxy.port}", child, TrialDir(out), k=4, warn=lines.append)
@@ -142,17 +149,8 @@ def test_a_trial_outlives_an_mlflow_outage_and_mlflow_is_caught_up_after(mlflow_
 
 
 def test_a_logger_started_while_mlflow_is_down_catches_up_later(mlflow_server, tmp_path, monkeypatch):
-    uri, _ = mlflow_server
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    client = runs.client(uri)
-    sweep = own_smoke(tmp_path)
-    parent = runs.open_parent(client, sweep, tmp_path)
-    point = sweep.trials[0]
-    child = runs.open_child(client, parent, f"late-{tmp_path.name}", point.key, point.cfg, point.config_key)
-    proxy = Forwarder(("127.0.0.1", int(uri.rsplit(":", 1)[1])))
+    client, child, proxy, out = trial_run(mlflow_server, tmp_path, monkeypatch)
     proxy.down()
-    out = tmp_path / "trial"
-    out.mkdir()
     records = [record(0, 0.50), record(4, 0.55)]
     write(out, records)
     logger = runs.TrialLogger(f"http://127.0.0.1:{proxy.port}", child, TrialDir(out), k=4, warn=lambda line: None)

@@ -53,9 +53,11 @@ def test_a_recommendation_is_printed_logged_to_mlflow_and_its_next_sweep_written
 def test_the_command_answers_bad_input_with_what_is_there(mlflow_server, studies, tmp_path, capsys):
     uri, _ = mlflow_server
     assert main(["recommend", "--budget", "lots", "--from", str(studies), "--no-log"]) == 2
-    assert "--budget 'lots' is not a number" in capsys.readouterr().err
+    assert "budget 'lots' is not a number" in capsys.readouterr().err
     assert main(["recommend", "--budget=-1e5", "--from", str(studies), "--no-log"]) == 2
-    assert "must be a positive, finite number" in capsys.readouterr().err
+    assert "budget '-1e5' must be a positive whole number" in capsys.readouterr().err
+    assert main(["recommend", "--budget", "inf", "--from", str(studies), "--no-log"]) == 2
+    assert "budget 'inf' must be a positive whole number" in capsys.readouterr().err
     (tmp_path / "empty").mkdir()
     assert main(["recommend", "--budget", "1e5", "--from", str(tmp_path / "empty"), "--no-log"]) == 2
     assert "no finished grid sweep to plan from" in capsys.readouterr().err

@@ -189,9 +189,7 @@ def as_sweeps(curves: list[Curve], budgets: dict[int, int]) -> list[SweepData]:
     out = []
     for seed, budget in budgets.items():
         mine = [c for c in curves if c.fields["seed"] == seed]
-        out += truncate([SweepData(f"synthetic-s{seed}", BUDGET, dict(SYNTHETIC_PARAMS), {}, mine)], budget)
-    for data in out:
-        data.sweep_id = f"synthetic-{data.budget}-{data.curves[0].fields['seed']}"
+        out += truncate([SweepData(f"synthetic-{budget}-{seed}", BUDGET, dict(SYNTHETIC_PARAMS), {}, mine)], budget)
     return out
 
 

@@ -351,10 +351,10 @@ class Planner:
         grid = np.geomspace(low_c, self.data_C, TREND_GRID)
         x = np.log10(grid)
         out = {"C_from": float(grid[0]), "C_to": float(grid[-1])}
+        winners = {r: [self.winner_at(float(c), r) for c in grid] for r in [None, *range(len(self.replicates))]}
         for name in ("n", "Bp"):
             def line(replicate: int | None) -> tuple[float, float] | None:
-                winners = [self.winner_at(float(c), replicate) for c in grid]
-                pts = [(xi, math.log2(self.configs[w][name])) for xi, w in zip(x, winners) if w is not None]
+                pts = [(xi, math.log2(self.configs[w][name])) for xi, w in zip(x, winners[replicate]) if w is not None]
                 if len(pts) < 2:
                     return None
                 xs, ys = np.array(pts).T

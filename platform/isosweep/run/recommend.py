@@ -13,30 +13,18 @@ Resources and GPU-hours of a sweep (the suggested one included) are ``isosweep s
 from __future__ import annotations
 
 import json
-import math
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from isosweep.report import planner as P
-from isosweep.spec.values import short_count
+from isosweep.spec.values import parse_budget, short_count
 from isosweep.spec.yamlio import ConfigError
 from isosweep.track.curves import SweepData
 
 
 def say(line: str) -> None:
     print(line, flush=True)
-
-
-def parse_budget(text: str | float) -> float:
-    """``--budget 1e5`` -> 100000.0; a clear error for anything that is not a positive, finite number."""
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        raise ConfigError(f"--budget {text!r} is not a number; allowed: a positive count of rollouts, e.g. 1e5") from None
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"--budget {text!r} must be a positive, finite number of rollouts (e.g. 1e5 = 100000)")
-    return value
 
 
 def from_mlflow(uri: str, sweep_ids: list[str] | None) -> list[SweepData]:
@@ -86,7 +74,7 @@ def same_method(sweeps: list[SweepData], log: Callable[[str], None]) -> list[Swe
     return keep
 
 
-def recommend(budget: str | float, *, uri: str | None = None, folder: str | Path | None = None,
+def recommend(budget: str | int | float, *, uri: str | None = None, folder: str | Path | None = None,
               sweep_ids: list[str] | None = None, task: str | None = None, difficulty: str | None = None,
               model: str | None = None, metric: str = "mean", bootstrap: int = 200, suggest: str | Path | None = None,
               log_to: str | None = None, log: Callable[[str], None] = say) -> P.Recommendation:

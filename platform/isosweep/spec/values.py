@@ -3,6 +3,7 @@ count in its id (``short_count``)."""
 
 from __future__ import annotations
 
+import math
 import re
 
 from isosweep.spec.yamlio import ConfigError
@@ -33,6 +34,6 @@ def parse_budget(text: str | int | float) -> int:
         value = float(text)
     except (TypeError, ValueError):
         raise ConfigError(f"budget {text!r} is not a number; allowed: a positive count of rollouts, e.g. 1e5") from None
-    if value <= 0 or value != int(value):
+    if not math.isfinite(value) or value <= 0 or value != int(value):
         raise ConfigError(f"budget {text!r} must be a positive whole number of rollouts (e.g. 1e5 = 100000)")
     return int(value)
