@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from isosweep.spec.hpo import load_hpo
-from isosweep.trial.files import CHECKPOINTS, METRICS_FILE, STEPS_FILE, TrialDir
+from isosweep.trial.files import CHECKPOINTS, METRICS_FILE, STEPS_FILE, TrialDir, safetensors_problem
 from isosweep.trial.loop import train_loop
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,17 +40,20 @@ def test_records_and_steps_append_and_read_back(tmp_path):
     assert trial.records() == [] and trial.steps() == []
 
 
-def test_only_the_latest_and_the_best_checkpoint_are_kept(tmp_path):
+def test_only_the_two_latest_and_the_best_checkpoint_are_kept(tmp_path):
     trial = TrialDir(tmp_path)
     checkpoint(trial, record(0, 0.5), is_best=True)
     checkpoint(trial, record(4, 0.6), is_best=True)
     checkpoint(trial, record(8, 0.55), is_best=False)
-    assert [p.name for p in trial.checkpoints()] == ["step-000004", "step-000008"]
+    checkpoint(trial, record(12, 0.58), is_best=False)
+    assert [p.name for p in trial.checkpoints()] == ["step-000004", "step-000008", "step-000012"]
+    checkpoint(trial, record(16, 0.57), is_best=False)
+    assert [p.name for p in trial.checkpoints()] == ["step-000004", "step-000012", "step-000016"]
     assert (tmp_path / CHECKPOINTS / "best").read_text() == "step-000004"
-    assert trial.latest_checkpoint().name == "step-000008"
-    assert trial.checkpoint_record(trial.latest_checkpoint()) == record(8, 0.55)
-    trial.checkpoint_tmp(12).mkdir()  # a save that crashed half-way is not a checkpoint
-    assert trial.latest_checkpoint().name == "step-000008"
+    assert trial.latest_checkpoint().name == "step-000016"
+    assert trial.checkpoint_record(trial.latest_checkpoint()) == record(16, 0.57)
+    trial.checkpoint_tmp(20).mkdir()  # a save that crashed half-way is not a checkpoint
+    assert trial.latest_checkpoint().name == "step-000016"
 
 
 def test_truncation_makes_the_files_agree_with_a_checkpoint(tmp_path):
@@ -122,3 +125,49 @@ def test_promotion_copies_only_up_to_the_latest_checkpoint(base_model, tmp_path)
     assert dest.promote_from(source) == 256  # idempotent: a resumed study promotes again safely
     with pytest.raises(FileNotFoundError):
         TrialDir(tmp_path / "other").promote_from(TrialDir(tmp_path / "nothing"))
+
+
+def whole_checkpoint(trial: TrialDir, rec: dict) -> Path:
+    """A checkpoint with a real safetensors file and an optimizer-state file, committed."""
+    import torch
+    from safetensors.torch import save_file
+
+    tmp = trial.checkpoint_tmp(rec["step"])
+    (tmp / "deepspeed" / "state").mkdir(parents=True)
+    save_file({"w": torch.arange(6.0), "b": torch.zeros(3, dtype=torch.bfloat16)}, tmp / "model.safetensors")
+    torch.save({"m": torch.ones(2)}, tmp / "deepspeed" / "state" / "optim_states.pt")
+    trial.write_checkpoint_state(tmp, rec, is_best=False)
+    return trial.commit_checkpoint(rec["step"], is_best=False)
+
+
+def test_a_whole_checkpoint_has_no_problem_and_each_damage_is_named(tmp_path):
+    trial = TrialDir(tmp_path)
+    folder = whole_checkpoint(trial, record(4, 0.5))
+    assert trial.checkpoint_problem(folder) is None and safetensors_problem(folder / "model.safetensors") is None
+    weights = (folder / "model.safetensors").read_bytes()
+
+    (folder / "model.safetensors").write_bytes(weights[:-5])  # cut short in the data
+    assert "model.safetensors" in trial.checkpoint_problem(folder) and "cut short" in trial.checkpoint_problem(folder)
+    (folder / "model.safetensors").write_bytes(weights[:20])  # cut short in the header
+    assert "its header alone needs" in safetensors_problem(folder / "model.safetensors")
+    (folder / "model.safetensors").write_bytes(b"\x05" + b"\x00" * 7 + b"nope!")
+    assert "not a safetensors file" in safetensors_problem(folder / "model.safetensors")
+    (folder / "model.safetensors").write_bytes(weights)
+    assert trial.checkpoint_problem(folder) is None
+
+    (folder / "trainer_state.json").write_text('{"record": ')
+    assert "trainer_state.json is not a checkpoint state" in trial.checkpoint_problem(folder)
+    trial.write_checkpoint_state(folder, record(4, 0.5), is_best=False)
+    (folder / "deepspeed" / "state" / "optim_states.pt").unlink()
+    assert trial.checkpoint_problem(folder).endswith("deepspeed: no optimizer state")
+
+
+def test_a_damaged_checkpoint_is_set_aside_with_its_best_mark(tmp_path):
+    trial = TrialDir(tmp_path)
+    checkpoint(trial, record(4, 0.5), is_best=True)
+    latest = checkpoint(trial, record(8, 0.6), is_best=True)
+    moved = trial.set_aside(latest)
+    assert moved.name == "damaged-step-000008" and (moved / "model.safetensors").exists()  # kept, for inspection
+    assert [p.name for p in trial.checkpoints()] == ["step-000004"] and not (tmp_path / CHECKPOINTS / "best").exists()
+    checkpoint(trial, record(8, 0.6), is_best=True)  # the step is redone and saved again
+    assert [p.name for p in trial.checkpoints()] == ["step-000004", "step-000008"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -72,7 +73,7 @@ def test_short_trial_writes_metrics_and_checkpoints(base_model, tmp_path):
     assert 0 < records[-1]["mismatch/logp_abs_diff_mean"] < 0.01
     checkpoints = sorted(p.name for p in (tmp_path / CHECKPOINTS).iterdir())
     assert "step-000008" in checkpoints and not any(name.startswith(".tmp") for name in checkpoints)
-    assert len([c for c in checkpoints if c.startswith("step-")]) <= 2  # the latest and the best
+    assert len([c for c in checkpoints if c.startswith("step-")]) <= 3  # the two latest and the best
     latest = tmp_path / CHECKPOINTS / "step-000008"
     assert (latest / "model.safetensors").exists()
     AutoModelForCausalLM.from_pretrained(latest)  # a checkpoint is a model directory
@@ -130,6 +131,60 @@ def test_killed_trial_with_torn_appends_resumes_without_losing_or_repeating_eval
     # weights, optimizer state and (seed, step)-derived sampling make the resumed run the same run
     for a, b in zip(want, got):
         assert math.isclose(a["eval/mean@4"], b["eval/mean@4"], abs_tol=1e-9)
+
+
+def cut_short(path: Path, keep: float = 0.5) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+
+
+DAMAGE = {
+    "weights": lambda folder: cut_short(folder / "model.safetensors"),
+    "optimizer": lambda folder: cut_short(max((folder / "deepspeed").rglob("*optim_states.pt"))),
+    "trainer-state": lambda folder: cut_short(folder / "trainer_state.json", 0.3),
+}
+
+
+@pytest.fixture(scope="module")
+def finished_short_trial(base_model, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("finished") / "trial"
+    train_loop(load_trial(EASY, SHORT), out, log=lambda _: None)
+    return out
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_a_damaged_latest_checkpoint_falls_back_to_the_one_before_and_redoes_the_same_steps(
+        finished_short_trial, tmp_path, damage):
+    """The crash left the newest checkpoint's weights, optimizer state or trainer state cut short: the rerun
+    sets it aside, resumes from the checkpoint before it, and recomputes the same evaluations."""
+    want = TrialDir(finished_short_trial).records()
+    trial = tmp_path / "trial"
+    shutil.copytree(finished_short_trial, trial)
+    latest = TrialDir(trial).latest_checkpoint()
+    assert latest.name == "step-000008" and TrialDir(trial).checkpoints()[-2].name == "step-000004"
+    DAMAGE[damage](latest)
+    lines = []
+    got = train_loop(load_trial(EASY, SHORT), trial, log=lines.append)
+    assert [r["step"] for r in got] == [0, 4, 8] and TrialDir(trial).records() == got
+    for a, b in zip(want, got):
+        assert math.isclose(a["eval/mean@4"], b["eval/mean@4"], abs_tol=1e-9)
+        assert a["rollouts"] == b["rollouts"]
+    assert [r["step"] for r in TrialDir(trial).steps()] == [r["step"] for r in TrialDir(finished_short_trial).steps()]
+    [line] = [line for line in lines if "is damaged" in line]
+    assert "step-000008" in line and "set aside as damaged-step-000008" in line
+    assert (trial / CHECKPOINTS / "damaged-step-000008").is_dir() and TrialDir(trial).latest_checkpoint().name == "step-000008"
+    assert TrialDir(trial).checkpoint_problem(TrialDir(trial).latest_checkpoint()) is None
+
+
+def test_no_usable_checkpoint_is_an_error_that_names_the_files(finished_short_trial, tmp_path):
+    trial = tmp_path / "trial"
+    shutil.copytree(finished_short_trial, trial)
+    for folder in TrialDir(trial).checkpoints():
+        cut_short(folder / "model.safetensors")
+    with pytest.raises(RuntimeError, match=r"no usable checkpoint in .*step-000008/model.safetensors: .*cut short.*"
+                                           r"remove .*trial to run the trial again"):
+        train_loop(load_trial(EASY, SHORT), trial, log=lambda _: None)
+    assert not TrialDir(trial).checkpoints() and len(list((trial / CHECKPOINTS).glob("damaged-step-*"))) >= 2
 
 
 def test_cli_rejects_bad_input_before_any_work(tmp_path):

@@ -2,7 +2,7 @@
 
     <trial>/metrics.jsonl            one eval record per line (``step``, ``rollouts``, ``eval/...``)
             steps.jsonl              per-step training statistics
-            checkpoints/step-NNNNNN/ the latest and the best checkpoint: ``save_pretrained`` files,
+            checkpoints/step-NNNNNN/ the two latest and the best checkpoint: ``save_pretrained`` files,
                                      ``deepspeed/`` (optimizer state) and ``trainer_state.json``
                                      (the eval record the checkpoint was taken at)
             checkpoints/best         the name of the best checkpoint
@@ -66,6 +66,26 @@ def read_jsonl(path: Path) -> list[dict]:
             raise ValueError(f"{path}, line {number}: not a JSON record ({e.msg}); the file is damaged: restore it, "
                              f"or remove the trial folder {path.parent} to run the trial again") from None
     return rows
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """Why the safetensors file ``path`` is not whole (cut short, or a header that is not safetensors'), or None.
+
+    The format is an 8-byte little-endian header length, a JSON header giving each tensor's byte range
+    (``data_offsets``), then the data: a whole file is exactly as long as its header says."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            length = int.from_bytes(f.read(8), "little")
+            if size < 8 + length:
+                return f"{path}: cut short ({size} bytes, its header alone needs {8 + length})"
+            header = json.loads(f.read(length))
+        end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, IndexError) as e:
+        return f"{path}: not a safetensors file ({type(e).__name__}: {e})"
+    if size != 8 + length + end:
+        return f"{path}: {size} bytes where its header declares {8 + length + end} (cut short or padded)"
+    return None
 
 
 def jsonl_text(rows: list[dict]) -> str:
@@ -164,8 +184,41 @@ class TrialDir:
             raise ValueError(f"{path} is not a checkpoint state written by isosweep ({type(e).__name__}: {e}); "
                              f"the checkpoint is damaged: remove {folder} to resume from the one before it") from None
 
+    def checkpoint_problem(self, folder: Path) -> str | None:
+        """What makes the checkpoint in ``folder`` unusable -- its trainer state unreadable, a weights file
+        cut short, no optimizer state -- naming the file; None if its files are whole. Cheap: a weights file is
+        checked against the sizes its own header declares, not read; the optimizer state is checked by
+        loading it (:func:`isosweep.trial.loop.resume`)."""
+        try:
+            self.checkpoint_record(folder)
+        except ValueError as e:
+            return str(e).split("; the checkpoint is damaged")[0]
+        weights = sorted(folder.glob("model*.safetensors"))
+        if not weights:
+            return f"{folder}: no model.safetensors"
+        for path in weights:
+            problem = safetensors_problem(path)
+            if problem:
+                return problem
+        state = folder / "deepspeed"
+        if not state.is_dir() or not any(state.rglob("*.pt")):
+            return f"{state}: no optimizer state"
+        return None
+
+    def set_aside(self, folder: Path) -> Path:
+        """Move a damaged checkpoint out of the way (``damaged-step-NNNNNN``), kept for inspection, so the
+        trial resumes from the one before it; returns where it went."""
+        target = folder.with_name(f"damaged-{folder.name}")
+        shutil.rmtree(target, ignore_errors=True)
+        os.rename(folder, target)
+        best_file = self.checkpoint_root / "best"
+        if best_file.exists() and best_file.read_text().strip() == folder.name:
+            best_file.unlink()
+        return target
+
     def commit_checkpoint(self, step: int, is_best: bool) -> Path:
-        """Rename the finished temporary checkpoint of ``step`` into place; keep only the latest and the best."""
+        """Rename the finished temporary checkpoint of ``step`` into place; keep only the two latest and the best
+        (the one before the latest is what a resume falls back to if the latest turns out damaged)."""
         tmp, final = self.checkpoint_tmp(step), self.checkpoint_at(step)
         shutil.rmtree(final, ignore_errors=True)
         os.rename(tmp, final)
@@ -173,6 +226,7 @@ class TrialDir:
         if is_best:
             atomic_write(best_file, final.name)
         keep = {final.name, best_file.read_text().strip() if best_file.exists() else ""}
+        keep |= {p.name for p in self.checkpoints()[-2:]}
         for old in self.checkpoints():
             if old.name not in keep:
                 shutil.rmtree(old)

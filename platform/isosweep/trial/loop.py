@@ -11,7 +11,7 @@ Outputs in ``out``:
   consumed, the x-axis), ``eval/mean@k``, ``eval/best@k``, ``eval/worst@k``, training
   statistics averaged over the steps since the previous evaluation (``train/...``, null at
   rollouts 0), and ``rollout/...``, ``mismatch/...`` and ``system/...`` figures;
-- ``checkpoints/step-NNNNNN/``: the latest and the best (record mean@k) checkpoints, each a
+- ``checkpoints/step-NNNNNN/``: the two latest and the best (record mean@k) checkpoints, each a
   ``save_pretrained`` directory (safetensors) plus ``trainer_state.json``; written to a
   temporary name and renamed, so a crash never leaves a half-written checkpoint.
 
@@ -234,7 +234,7 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
     params = sum(p.numel() for p in policy.parameters())
     publisher = rank == 0 or not shared_engine
 
-    state = resume(trial, learner, rank)
+    state = resume(trial, learner, rank, world, log)
     step, tokens, wall = state["step"], state["tokens"], state["wall_s"]
     records = trial.records() if rank == 0 else []
     if publisher:
@@ -394,7 +394,7 @@ def _broadcast(obj, world: int):
 
 
 def save_checkpoint(trial: TrialDir, learner, tokenizer, record: dict, is_best: bool, rank: int, world: int) -> Path:
-    """Write the checkpoint of ``record["step"]`` atomically (temporary name, then rename); keep the latest and the best.
+    """Write the checkpoint of ``record["step"]`` atomically (temporary name, then rename); keep the two latest and the best.
 
     Every rank writes its DeepSpeed partition; rank 0 writes the model (safetensors), the
     tokenizer and the eval record, then renames the directory once all ranks are done.
@@ -422,20 +422,53 @@ def save_checkpoint(trial: TrialDir, learner, tokenizer, record: dict, is_best: 
     return final
 
 
-def resume(trial: TrialDir, learner, rank: int) -> dict:
-    """Load the latest checkpoint into the learner (weights and optimizer state); its step, tokens and wall time.
+def resume(trial: TrialDir, learner, rank: int, world: int = 1, log: Callable[[str], None] = print) -> dict:
+    """Load the latest good checkpoint into the learner (weights and optimizer state); its step, tokens and wall time.
 
     Records newer than the checkpoint are dropped (they will be recomputed), and a record the
     checkpoint holds but the file lacks (a crash between the two writes) is restored, so no eval
     point is duplicated or lost. Per-step statistics are truncated the same way.
+
+    A damaged checkpoint (a file cut short or unreadable: :meth:`TrialDir.checkpoint_problem`, or an
+    optimizer state DeepSpeed cannot load) is set aside as ``damaged-step-N`` and the one before it
+    used; training is deterministic, so the steps redone give the values they gave before. Rank 0
+    decides, so every worker resumes from the same checkpoint. If no checkpoint is usable, a
+    ``RuntimeError`` names the damaged files and what to do.
     """
-    latest = trial.latest_checkpoint()
-    if latest is None:
+    damaged: list[str] = []
+    for checkpoint in reversed(trial.checkpoints()):
+        problem = trial.checkpoint_problem(checkpoint) if rank == 0 else None
+        problem = _broadcast(problem, world)
+        if problem is None:
+            try:
+                load_state(learner, checkpoint / "deepspeed")
+            except Exception as e:  # a truncated or unreadable optimizer state
+                problem = f"{checkpoint / 'deepspeed'}: DeepSpeed could not load it ({type(e).__name__}: {e})"
+            problem = next((p for p in _gather(problem, world) if p is not None), None)  # any rank's failure
+        if problem is None:
+            record = trial.checkpoint_record(checkpoint)
+            if rank == 0:
+                trial.truncate_to(record)
+            return {"step": record["step"], "tokens": record["tokens"], "wall_s": record["system/wall_s"]}
+        damaged.append(problem)
+        if world > 1:
+            dist.barrier()
         if rank == 0:
-            trial.reset()
-        return {"step": 0, "tokens": 0, "wall_s": 0.0}
-    load_state(learner, latest / "deepspeed")
-    record = trial.checkpoint_record(latest)
+            moved = trial.set_aside(checkpoint)
+            log(f"[trial] checkpoint {checkpoint.name} is damaged ({problem}); set aside as {moved.name}, "
+                "resuming from the one before it")
+    if damaged:
+        raise RuntimeError(f"no usable checkpoint in {trial.checkpoint_root}: " + "; ".join(damaged)
+                           + f". Restore the files, or remove {trial.path} to run the trial again from the start")
     if rank == 0:
-        trial.truncate_to(record)
-    return {"step": record["step"], "tokens": record["tokens"], "wall_s": record["system/wall_s"]}
+        trial.reset()
+    return {"step": 0, "tokens": 0, "wall_s": 0.0}
+
+
+def _gather(obj, world: int) -> list:
+    """Every rank's ``obj``, in rank order (``[obj]`` for one worker)."""
+    if world == 1:
+        return [obj]
+    out = [None] * world
+    dist.all_gather_object(out, obj)
+    return out
