@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -146,6 +148,25 @@ def test_a_bad_port_or_a_server_that_is_not_ours_is_a_clear_error(mlflow_server,
     with pytest.raises(ConfigError, match=rf"{uri} answers as an MLflow server, but not one isosweep started"):
         server.ensure_server(log=lambda line: None)
     assert not (tmp_path / "other-store").exists()
+
+
+def test_a_local_server_that_is_only_slow_is_waited_for_not_replaced(mlflow_server):
+    """A busy machine: our server's process is alive but does not answer (here: stopped with SIGSTOP). The
+    driver must not start a second server (it could not bind the port, and its PID would replace ours)."""
+    uri, _ = mlflow_server
+    pid_file = server.store_dir() / "server.pid"
+    pid = int(pid_file.read_text())
+    os.killpg(pid, signal.SIGSTOP)
+    try:
+        lines = []
+        assert not server.revive(uri, log=lines.append) and lines == []
+        with pytest.raises(RuntimeError, match="is running but did not answer /health within 3 s"):
+            server.ensure_server(log=lines.append, wait_s=3)
+        assert "slow to answer: waiting for it" in lines[0]
+        assert int(pid_file.read_text()) == pid
+    finally:
+        os.killpg(pid, signal.SIGCONT)
+    assert server.ensure_server(log=lambda _: None) == uri and int(pid_file.read_text()) == pid
 
 
 def test_a_local_server_that_stopped_is_restarted_with_its_data(mlflow_server, tmp_path):

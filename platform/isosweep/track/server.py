@@ -75,6 +75,17 @@ def ensure_server(log=print, wait_s: float = 300.0) -> str:
         return os.environ["MLFLOW_TRACKING_URI"]
     store, port = store_dir(), server_port()
     uri = f"http://127.0.0.1:{port}"
+    if own_server(store) and not _healthy(uri):
+        # our server is alive but slow to answer (a busy machine): wait for it; a second one could not bind the port
+        log(f"[mlflow] the local server at {uri} is running but slow to answer: waiting for it")
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and own_server(store):
+            if _healthy(uri, timeout=10.0):
+                return uri
+            time.sleep(1.0)
+        if own_server(store):
+            raise RuntimeError(f"the local MLflow server at {uri} (pid in {store / 'server.pid'}) is running but did "
+                               f"not answer /health within {wait_s:.0f} s; see {store / 'server.log'}")
     if _healthy(uri):
         if own_server(store):
             return uri
@@ -102,6 +113,7 @@ def ensure_server(log=print, wait_s: float = 300.0) -> str:
         if _healthy(uri):
             return uri
         if proc.poll() is not None:
+            (store / "server.pid").unlink(missing_ok=True)  # it never served: record no server
             tail = (store / "server.log").read_text(errors="replace")[-2000:]
             raise RuntimeError(f"mlflow server exited with status {proc.returncode}; port {port} busy? "
                                f"(set ISOSWEEP_MLFLOW_PORT) -- last lines of {store / 'server.log'}:\n{tail}")
@@ -110,9 +122,10 @@ def ensure_server(log=print, wait_s: float = 300.0) -> str:
 
 
 def revive(uri: str, log=print) -> bool:
-    """Restart the local server at ``uri`` if it stopped answering (a study's driver calls this as it goes);
-    returns whether it did. A server named by ``MLFLOW_TRACKING_URI`` is not ours to restart."""
-    if os.environ.get("MLFLOW_TRACKING_URI") or _healthy(uri):
+    """Restart the local server at ``uri`` if it died (a study's driver calls this as it goes); returns whether
+    it did. A server named by ``MLFLOW_TRACKING_URI`` is not ours to restart, and one whose process is alive
+    is only slow (a busy machine): it is left alone, since a second server could not bind its port."""
+    if os.environ.get("MLFLOW_TRACKING_URI") or own_server(store_dir()) or _healthy(uri):
         return False
     log(f"[mlflow] the local server at {uri} stopped answering: restarting it (the trials keep their records on "
         "disk and catch MLflow up)")
