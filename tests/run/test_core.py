@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -101,3 +102,23 @@ def test_a_rerun_pointed_at_another_runs_folder_is_refused_before_anything_is_wr
     out, _ = open_study("moved-sweep-1k-abc", tmp_path / "first", log=lambda line: None)
     assert out == first and (first / LOCK_FILE).exists()
     release_study(out)
+
+
+def test_a_band_too_small_for_bp_is_refused_before_any_folder_run_or_ray_job(tmp_path, capsys, monkeypatch):
+    """tiny-1m's hard set of 2-digit additions holds about 200 train problems (207 here): a grid point with Bp = 256 is a
+    configuration error naming the sweep file, decided before the study's folder, its MLflow run or Ray exist
+    (inside a trial it would be a failure Tune retries)."""
+    from isosweep.cli import main
+
+    monkeypatch.chdir(ROOT)
+    bad = tmp_path / "hard-bp256.yaml"
+    bad.write_text(f"name: hard-bp256\nstudy: isocompute\ntrial: {ROOT / 'sweeps/trials/easy.yaml'}\nbudget: 2048\n"
+                   "grid: {n: [4], Bp: [64, 256]}\nset: {task.difficulty: hard}\n")
+    monkeypatch.setenv("ISOSWEEP_MLFLOW_PORT", "1")  # any MLflow contact would fail loudly, not silently start one
+    assert main(["sweep", str(bad), "--runs", str(tmp_path / "runs"), "--no-dashboards"]) == 2
+    err = capsys.readouterr().err
+    found = re.search(rf"{re.escape(str(bad))}: task.difficulty='hard' on levels \[2\] leaves (\d+) train and \d+ eval", err)
+    assert found and int(found.group(1)) < 256, err
+    assert "at least Bp = 256 train problems" in err
+    assert not (tmp_path / "runs").exists()
+    assert "ray" not in sys.modules or not __import__("ray").is_initialized()

@@ -255,6 +255,31 @@ class Progress(tune.Callback):
                 revive(self.uri, self.log)
 
 
+def check_problem_sets(cfgs: list[TrialConfig], source: str | Path, log: Callable[[str], None]) -> None:
+    """Before a study writes anything (folder, MLflow run) or starts Ray: every trial's easy or hard set holds at
+    least ``Bp`` train problems and one eval problem, or a :class:`ConfigError` naming the sweep file (inside a
+    trial the same error would be a trial failure, retried by Tune). Tiny base models are built (or found cached) here, once, rather than by the
+    first trials at once; a real model's pass rates are measured by its trials, so its sets are checked there."""
+    from isosweep.models.sizes import SIZES  # no torch
+    from isosweep.models.warmup import resolve_model  # torch, transformers
+    from isosweep.trial.loop import problem_sets  # torch, DeepSpeed
+
+    largest: dict[tuple, TrialConfig] = {}
+    for cfg in cfgs:
+        if cfg.model.name in SIZES:
+            key = (cfg.model.name, cfg.model.warmup_seed, cfg.task.name, tuple(cfg.task.levels), cfg.task.difficulty)
+            if key not in largest or cfg.Bp > largest[key].Bp:
+                largest[key] = cfg
+    for (name, seed, task, _, _), cfg in largest.items():
+        path = resolve_model(name, task, seed)
+        try:
+            problem_sets(cfg, path, engine=None)  # the probe is on disk beside a tiny model: no engine needed
+        except ConfigError as e:
+            raise ConfigError(f"{source}: {e}") from None
+    if largest:
+        log(f"[sweep] problem sets checked for {len(largest)} base model / task / band combination(s)")
+
+
 def run_trials(sweep_out: Path, cfgs: list[TrialConfig], source: str | Path, address: str | None,
                progress: Progress, log: Callable[[str], None], prefix: str, limit: int | None = None,
                param_space: dict | None = None, stop=None, **tune_config) -> bool:

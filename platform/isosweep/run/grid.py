@@ -18,7 +18,17 @@ from ray import tune
 
 from isosweep.report.analysis import Analysis, analyse, table_text, write_outputs
 from isosweep.report.planner import write_sweep_data
-from isosweep.run.core import Progress, TrialJob, duration, is_finished, open_study, run_trials, say, trial_of
+from isosweep.run.core import (
+    Progress,
+    TrialJob,
+    check_problem_sets,
+    duration,
+    is_finished,
+    open_study,
+    run_trials,
+    say,
+    trial_of,
+)
 from isosweep.run.lock import release_study
 from isosweep.spec.grid import Sweep
 from isosweep.spec.trial import steps
@@ -77,6 +87,7 @@ def run_sweep(sweep: Sweep, runs_root: str | Path = "runs/sweeps", dashboards: s
               address: str | None = None, log: Callable[[str], None] = say, progress_every_s: float = 30.0
               ) -> Analysis | None:
     """Run (or resume) ``sweep``; returns the frontier analysis, or None if it was interrupted."""
+    check_problem_sets([p.cfg for p in sweep.trials], sweep.path, log)
     sweep_out, uri = open_study(sweep.sweep_id, runs_root, log)
     try:
         return _run_locked(sweep, sweep_out, uri, dashboards, address, log, progress_every_s)

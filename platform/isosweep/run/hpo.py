@@ -40,9 +40,10 @@ from isosweep.hpo.ledger import StudyLedger, TrialEntry
 from isosweep.hpo.searcher import JFHPOSearcher, RandomSearcher, asha_scheduler, read_json_state, write_json_state
 from isosweep.hpo.stopping import DynamicsStopper
 from isosweep.report.hpo import summary, table_text, write_summary
-from isosweep.run.core import Progress, TrialJob, duration, open_study, run_trials, say, trial_of
+from isosweep.run.core import Progress, TrialJob, check_problem_sets, duration, open_study, run_trials, say, trial_of
 from isosweep.run.lock import release_study
 from isosweep.spec.hpo import HPOStudy
+from isosweep.spec.trial import TrialConfig
 from isosweep.track import runs
 
 STATE_FILE = "search.json"
@@ -283,10 +284,17 @@ def make_stopper(study: HPOStudy) -> DynamicsStopper:
                            kl_floor=s.kl_floor)
 
 
+def probe_config(study: HPOStudy) -> TrialConfig:
+    """A full-fidelity trial of the study at the low end of every range: what sizes its concurrency and whose
+    problem sets are checked before it starts."""
+    return study.trial_config({k: r.low for k, r in study.spec.space.items()}, study.target, study.budget)
+
+
 def run_hpo(study: HPOStudy, runs_root: str | Path = "runs/sweeps", dashboards: str | Path | None = "dashboards",
             address: str | None = None, log: Callable[[str], None] = say, progress_every_s: float = 30.0
             ) -> dict | None:
     """Run (or resume) ``study``; returns its summary (see :func:`isosweep.report.hpo.summary`), or None if interrupted."""
+    check_problem_sets([probe_config(study)], study.path, log)
     sweep_out, uri = open_study(study.sweep_id, runs_root, log)
     try:
         return _run_locked(study, sweep_out, uri, dashboards, address, log, progress_every_s)
@@ -323,7 +331,7 @@ def _run_locked(study: HPOStudy, sweep_out: Path, uri: str, dashboards: str | Pa
         log(f"[hpo] resuming: {len(ledger.trials)} trials so far, {len(search.queue)} to continue, "
             f"{ledger.spent:,.0f} spent")
     if not ledger.finished:
-        probe = study.trial_config({k: r.low for k, r in spec.space.items()}, study.target, study.budget)
+        probe = probe_config(study)
         scheduler = None
         if spec.search == "asha":
             scheduler = asha_scheduler(study.space, study.metric, "max", time_attr="rollouts",
