@@ -114,7 +114,7 @@ def test_a_band_too_small_for_bp_is_refused_before_any_folder_run_or_ray_job(tmp
     bad = tmp_path / "hard-bp256.yaml"
     bad.write_text(f"name: hard-bp256\nstudy: isocompute\ntrial: {ROOT / 'sweeps/trials/easy.yaml'}\nbudget: 2048\n"
                    "grid: {n: [4], Bp: [64, 256]}\nset: {task.difficulty: hard}\n")
-    monkeypatch.setenv("ISOSWEEP_MLFLOW_PORT", "1")  # any MLflow contact would fail loudly, not silently start one
+    monkeypatch.setenv("ISOSWEEP_MLFLOW_PORT", "0")  # refused: any MLflow contact would fail loudly, not start one
     assert main(["sweep", str(bad), "--runs", str(tmp_path / "runs"), "--no-dashboards"]) == 2
     err = capsys.readouterr().err
     found = re.search(rf"{re.escape(str(bad))}: task.difficulty='hard' on levels \[2\] leaves (\d+) train and \d+ eval", err)

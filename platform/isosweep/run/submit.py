@@ -1,9 +1,9 @@
-"""Submit a sweep to a running Ray cluster as a Ray job: ``ray job submit`` with this checkout as its working dir.
+"""Submit a sweep to a running Ray cluster as a Ray job (Ray's job submission client), with this checkout as its working dir.
 
     make submit CLUSTER=clusters/aws-h200.yaml SWEEP=sweeps/isocompute-easy.yaml BUDGET=1e5
       -> ray dashboard clusters/aws-h200.yaml      (SSH tunnel: 127.0.0.1:8265 -> the head's dashboard)
       -> isosweep submit --address http://127.0.0.1:8265 sweeps/... --budget 1e5
-      -> ray job submit --working-dir . --runtime-env-json {...} --no-wait -- <entrypoint>
+      -> JobSubmissionClient(address).submit_job(entrypoint, runtime_env={working_dir: ., ...})
 
 The job's entrypoint is the same ``isosweep sweep`` a laptop runs, with ``--address auto``
 (join the cluster it runs on) and ``PYTHONPATH=platform`` so that the uploaded copy of the code
@@ -14,10 +14,9 @@ the cluster YAMLs set ``MLFLOW_TRACKING_URI`` on every node.
 
 from __future__ import annotations
 
-import json
+import asyncio
 import os
-import re
-import subprocess
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -63,36 +62,44 @@ def submit(address: str, spec: str, budget: str | None = None, runs: str = "runs
            extra: list[str] | None = None, retry_s: float = 300.0) -> str:
     """Submit the sweep ``spec`` to the Ray cluster whose dashboard is at ``address``; returns the job id.
 
-    ``env`` adds environment variables for the job (e.g. ``MLFLOW_TRACKING_URI``). With ``wait``
-    the call follows the job's logs until it ends and raises if it failed.
+    Ray's :class:`~ray.job_submission.JobSubmissionClient` uploads ``working_dir`` (less :data:`EXCLUDES`)
+    and starts :func:`entrypoint` on the head. ``env`` adds environment variables for the job (e.g.
+    ``MLFLOW_TRACKING_URI``). With ``wait`` the call prints the job's logs until it ends and raises if it
+    failed. A cluster that has just started has no job agent for a while: the submission is retried for up
+    to ``retry_s`` seconds.
     """
-    runtime_env = {"excludes": EXCLUDES, "env_vars": dict(env or {})}
-    command = [ray_cli(), "job", "submit", "--address", address, "--working-dir", str(working_dir),
-               "--runtime-env-json", json.dumps(runtime_env), "--no-wait", "--", *entrypoint(spec, budget, runs, extra)]
+    from ray.job_submission import JobSubmissionClient  # Ray: seconds to import
+
+    runtime_env = {"working_dir": str(working_dir), "excludes": EXCLUDES, "env_vars": dict(env or {})}
+    command = shlex.join(entrypoint(spec, budget, runs, extra))
     deadline = time.monotonic() + retry_s
     while True:
-        done = subprocess.run(command, capture_output=True, text=True)
-        # a cluster that has just started answers this until its job agent is up
-        if done.returncode == 0 or "No available agent" not in done.stderr or time.monotonic() > deadline:
+        try:
+            client = JobSubmissionClient(address)
+            job = client.submit_job(entrypoint=command, runtime_env=runtime_env)
             break
-        time.sleep(3)
-    if done.returncode != 0:
-        raise RuntimeError(f"ray job submit failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
-    found = re.search(r"raysubmit_\w+", done.stdout + done.stderr)
-    if not found:
-        raise RuntimeError(f"ray job submit printed no job id:\n{done.stdout}\n{done.stderr}")
-    job = found.group(0)
+        except (ConnectionError, RuntimeError) as error:
+            # the head answers "No available agent to submit job" until its job agent is up
+            if "No available agent" not in str(error) or time.monotonic() > deadline:
+                raise RuntimeError(f"submitting to {address} failed: {error}") from error
+            time.sleep(3)
     if wait:
-        subprocess.run([ray_cli(), "job", "logs", "--address", address, "--follow", job])
+        asyncio.run(print_logs(client, job))
         status = job_status(address, job)
         if status != "SUCCEEDED":
             raise RuntimeError(f"job {job} ended {status}; see `ray job logs --address {address} {job}`")
     return job
 
 
+async def print_logs(client, job: str) -> None:
+    """Print a job's logs as they come until the job ends."""
+    async for lines in client.tail_job_logs(job):
+        print(lines, end="", flush=True)
+
+
 def job_status(address: str, job: str) -> str:
     """PENDING, RUNNING, STOPPED, SUCCEEDED or FAILED (Ray's job states)."""
-    from ray.job_submission import JobSubmissionClient
+    from ray.job_submission import JobSubmissionClient  # Ray: seconds to import
 
     return str(JobSubmissionClient(address).get_job_status(job).value)
 

@@ -65,6 +65,23 @@ def _healthy(uri: str, timeout: float = 2.0) -> bool:
         return False
 
 
+def reachable(uri: str, wait_s: float = 20.0) -> str:
+    """``uri`` (from ``MLFLOW_TRACKING_URI``) if an MLflow server answers its ``/health`` within ``wait_s``;
+    else a :class:`ConfigError` naming it -- at once, rather than after the MLflow client's minutes of retries
+    with a study folder and runs half made. Only HTTP(S) servers are checked (a ``file:`` or database URI is
+    MLflow's to open)."""
+    if not uri.startswith(("http://", "https://")):
+        return uri
+    deadline = time.monotonic() + wait_s
+    while not _healthy(uri, timeout=5.0):
+        if time.monotonic() > deadline:
+            raise ConfigError(f"MLFLOW_TRACKING_URI={uri}: no MLflow server answers at {uri.rstrip('/')}/health "
+                              f"(tried for {wait_s:.0f} s); start it, correct the variable, or unset it to use "
+                              "isosweep's local server")
+        time.sleep(1.0)
+    return uri
+
+
 def ensure_server(log=print, wait_s: float = 300.0) -> str:
     """The tracking URI: ``$MLFLOW_TRACKING_URI`` if set, else a local server (started if not up).
 
@@ -72,7 +89,7 @@ def ensure_server(log=print, wait_s: float = 300.0) -> str:
     ``make ui-stop`` stops it. Its PID and log are in the store directory.
     """
     if os.environ.get("MLFLOW_TRACKING_URI"):
-        return os.environ["MLFLOW_TRACKING_URI"]
+        return reachable(os.environ["MLFLOW_TRACKING_URI"])
     store, port = store_dir(), server_port()
     uri = f"http://127.0.0.1:{port}"
     if own_server(store) and not _healthy(uri):
