@@ -19,6 +19,7 @@ never leaves a half-written checkpoint or metrics file behind.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -88,6 +89,33 @@ def safetensors_problem(path: Path) -> str | None:
     return None
 
 
+class DiskFull(RuntimeError):
+    """A trial's write found its disk full: the message names the path and says how to go on."""
+
+
+FULL_BYTES = 4 << 20
+"""Less free space than this on a trial's disk when a write fails means the disk is full."""
+
+
+def out_of_space(error: BaseException, path: Path) -> bool:
+    """Whether ``error``, raised by a write under ``path``, came of a full disk: ENOSPC or EDQUOT (a quota), or --
+    torch's checkpoint writers raise a ``RuntimeError`` with no errno -- any write error while less than
+    :data:`FULL_BYTES` are free on ``path``'s disk."""
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    try:
+        return shutil.disk_usage(path).free < FULL_BYTES
+    except OSError:
+        return False
+
+
+def disk_full(trial_path: Path, what: str) -> DiskFull:
+    """The error of a full disk met while writing ``what`` of the trial in ``trial_path``: the path, and how to go on."""
+    return DiskFull(f"no space left on the disk of {trial_path} while writing {what}: the trial's last complete "
+                    "checkpoint and its records up to it are intact; free space (or move the runs folder) and run the "
+                    "same command again to resume from that checkpoint")
+
+
 def jsonl_text(rows: list[dict]) -> str:
     return "".join(json.dumps(r) + "\n" for r in rows)
 
@@ -122,12 +150,20 @@ class TrialDir:
         return read_jsonl(self.path / STEPS_FILE)
 
     def append_record(self, record: dict) -> None:
-        with open(self.path / METRICS_FILE, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        self._append(METRICS_FILE, record)
 
     def append_step(self, stats: dict) -> None:
-        with open(self.path / STEPS_FILE, "a") as f:
-            f.write(json.dumps(stats) + "\n")
+        self._append(STEPS_FILE, stats)
+
+    def _append(self, name: str, row: dict) -> None:
+        """One line appended; a full disk is a :class:`DiskFull` (a line it cut short is dropped on resume)."""
+        try:
+            with open(self.path / name, "a") as f:
+                f.write(json.dumps(row) + "\n")
+        except OSError as e:
+            if out_of_space(e, self.path):
+                raise disk_full(self.path, name) from e
+            raise
 
     def is_finished(self, last_step: int) -> bool:
         """Whether the trial has evaluated at ``last_step`` (its M)."""
