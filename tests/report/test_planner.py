@@ -241,3 +241,17 @@ def test_the_report_table_survives_a_study_too_short_to_plan_from(tmp_path):
     P.write_sweep_data(few, tmp_path / "short")
     text = "\n".join(planning_section(tmp_path, bootstrap=5))
     assert "| 1e5 | n = 4, Bp = 16" in text and "Leave-one-budget-out: not possible here" in text
+
+
+def test_a_study_run_seed_by_seed_is_one_pool_and_other_designs_are_not():
+    first, second = sweep(seed=5, name="a"), sweep(seed=6, name="b", first_seed=2)
+    other_budget = P.truncate([sweep(seed=7, name="c", first_seed=4)], BUDGET // 2)[0]
+    other_budget.budget = BUDGET // 2
+    other_method = sweep(seed=8, name="d", first_seed=6, **{"algorithm.lr_ref": "9e-05"})
+    again = sweep(seed=5, name="e")  # the first sweep's trials once more (deterministic: the same runs)
+    [group] = P.pool_groups([second, other_budget, first, other_method, again])
+    assert [d.sweep_id for d in group] == ["a", "e", "b"]  # ordered by lowest seed, the first sweep first
+    pooled = P.pooled_curves(group)
+    assert len(pooled) == len(first.curves) + len(second.curves)  # e's runs are a's, kept once
+    assert sorted({c.fields["seed"] for c in pooled}) == [0, 1, 2, 3]
+    assert P.pool_groups([first, other_budget, other_method]) == []

@@ -183,3 +183,23 @@ def test_a_holdout_miss_against_a_tie_decides_nothing():
     assert S.holdout_claim(ties, Path("/nonexistent")).verdict == S.UNRESOLVED
     misses = [study("n16-Bp32", tie) for _ in range(3)]
     assert S.holdout_claim(misses, Path("/nonexistent")).verdict == S.CONTRADICTED
+
+
+def test_sweeps_pooled_into_one_analysis_are_counted_once(tmp_path):
+    curves, _ = synthetic_sweep(TRUTH, np.random.default_rng(4))
+    one = analyse([c for c in curves if c.fields["seed"] == 0], title="s-100k-aaa", study="isocompute", budget=BUDGET,
+                  primary="mean@4", bootstrap=10, difficulty="easy")
+    other = analyse([c for c in curves if c.fields["seed"] == 1], title="s1-100k-bbb", study="isocompute", budget=BUDGET,
+                    primary="mean@4", bootstrap=10, difficulty="easy")
+    pooled = analyse(curves, title="s-100k-aaa", study="isocompute", budget=BUDGET, primary="mean@4", bootstrap=10,
+                     difficulty="easy")
+    pooled.pooled_from = ("s-100k-aaa", "s1-100k-bbb")
+    write_outputs(other, tmp_path / "s1")
+    write_outputs(pooled, tmp_path / "s")  # the pooled analysis replaced the first part's own in its folder
+    assert json.loads((tmp_path / "s" / "fits.json").read_text())["pooled_from"] == ["s-100k-aaa", "s1-100k-bbb"]
+    assert "pooled_from" not in one.to_json()
+    studies = S.load_studies(tmp_path)
+    assert [s.folder for s in studies] == ["s"] and studies[0].data["seeds"] == [0, 1]
+    assert "sweeps `s-100k-aaa`, `s1-100k-bbb` pooled" in studies[0].label()
+    report = S.build_report(tmp_path)
+    assert "sweep `s1-100k-bbb`: its trials are pooled into `s` and counted there" in report

@@ -107,6 +107,8 @@ class Analysis:
     """What the bootstrap resampled (seeds, paired eval problems, or jitter for trials without counts)."""
     difficulty: str = ""
     """The task's difficulty band (easy | hard) where the caller knows it."""
+    pooled_from: tuple[str, ...] = ()
+    """The sweeps whose trials were pooled into this analysis (empty: one sweep, ``title``)."""
 
     def seeds(self) -> list[int]:
         return sorted({int(c.fields["seed"]) for c in self.curves if "seed" in c.fields})
@@ -115,6 +117,8 @@ class Analysis:
         out = {"title": self.title, "study": self.study, "budget": self.budget, "primary": self.primary,
                "difficulty": self.difficulty, "seeds": self.seeds(), "trials": len(self.curves),
                "configs": self.configs, "gains": gains(self), "noise": self.noise, "metrics": {}}
+        if self.pooled_from:
+            out["pooled_from"] = list(self.pooled_from)
         for name, m in self.metrics.items():
             out["metrics"][name] = {
                 "fits": {key: {"params": fit.params, "ci90": fit.ci, "points": fit.n, "converged": fit.success,

@@ -105,6 +105,34 @@ def method(data: SweepData) -> dict[str, str]:
             if key not in NOT_METHOD and not key.startswith("derived.")}
 
 
+def pool_groups(sweeps: list[SweepData]) -> list[list[SweepData]]:
+    """The sweeps that are one study run in parts (several seeds, sweep by sweep): the same study kind,
+    budget, grid, task, model and method settings. Each group is ordered by its lowest seed (the part a
+    pooled analysis is named after first); only groups of two or more sweeps are returned."""
+    def design(d: SweepData) -> str:
+        return json.dumps([d.sweep_params.get("spec.study"), d.budget, sorted({c.config for c in d.curves}),
+                           identity(d), method(d)], sort_keys=True)
+
+    groups: dict[str, list[SweepData]] = {}
+    for d in sweeps:
+        groups.setdefault(design(d), []).append(d)
+    lowest = lambda d: min((int(c.fields.get("seed", 0)) for c in d.curves), default=0)  # noqa: E731
+    return [sorted(g, key=lowest) for g in groups.values() if len(g) > 1]
+
+
+def pooled_curves(group: list[SweepData]) -> list[Curve]:
+    """Every trial's curve of the ``group``, a (config, seed) kept once: trials are deterministic, so one run
+    twice in two sweeps is one observation, not two seeds."""
+    seen, out = set(), []
+    for d in group:
+        for c in d.curves:
+            key = (c.config, int(c.fields.get("seed", 0)))
+            if key not in seen:
+                seen.add(key)
+                out.append(c)
+    return out
+
+
 def describe(data: SweepData) -> str:
     i = identity(data)
     return (f"{data.sweep_id} (task {i['task.name']} levels {i['task.levels']}, {i['task.difficulty']}, "

@@ -58,8 +58,10 @@ class Study:
 
     def label(self) -> str:
         seeds = self.data.get("seeds", [])
+        pooled = self.data.get("pooled_from", [])
         return (f"`{self.folder}` ({self.difficulty}, C = {self.data['budget']:,}, {len(self.data['configs'])} configs, "
-                f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''})")
+                f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''}"
+                + (f"; sweeps {', '.join(f'`{p}`' for p in pooled)} pooled" if len(pooled) > 1 else "") + ")")
 
 
 @dataclass
@@ -72,11 +74,16 @@ class Claim:
 
 
 def load_studies(dashboards: Path) -> list[Study]:
-    """Every ``<folder>/fits.json`` under ``dashboards`` (sorted by folder name)."""
-    out = []
-    for path in sorted(dashboards.glob("*/fits.json")):
-        out.append(Study(path.parent.name, json.loads(path.read_text())))
-    return out
+    """Every ``<folder>/fits.json`` under ``dashboards`` (sorted by folder name), less the folders of sweeps that
+    a pooled analysis holds (its ``pooled_from``): their trials are in it, and counted once."""
+    found = [Study(path.parent.name, json.loads(path.read_text())) for path in sorted(dashboards.glob("*/fits.json"))]
+    pooled = pooled_sweeps(found)
+    return [s for s in found if s.data["title"] not in pooled]
+
+
+def pooled_sweeps(studies: list[Study]) -> dict[str, str]:
+    """sweep id -> the folder whose pooled analysis holds it."""
+    return {sweep: s.folder for s in studies for sweep in s.data.get("pooled_from", []) if sweep != s.data["title"]}
 
 
 def combine(verdicts: list[str]) -> str:
@@ -406,6 +413,9 @@ def build_report(dashboards: str | Path) -> str:
             lines += ["", f"What it would take: {c.needs}."]
     lines += planning_section(dashboards)
     lines += ["", "## Studies", ""]
+    every = [Study(path.parent.name, json.loads(path.read_text())) for path in sorted(dashboards.glob("*/fits.json"))]
+    for sweep, folder in sorted(pooled_sweeps(every).items()):
+        lines.append(f"- sweep `{sweep}`: its trials are pooled into `{folder}` and counted there")
     for s in studies:
         if s.current:
             lines.append(f"- {s.label()}: {s.data['trials']} trials, {s.data['noise']}")
