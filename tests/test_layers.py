@@ -18,7 +18,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "platform" / "isosweep"
 LAYERS = ("tasks", "algo", "hpo", "rollout", "models", "spec", "track", "trial", "report", "run", "experiments", "cli")
-HEAVY = ("ray", "vllm", "mlflow", "deepspeed", "matplotlib")
+HEAVY = ("ray", "vllm", "mlflow", "deepspeed", "matplotlib", "datasets")
 """Third-party packages a function may import on first use (seconds to import, or a backend choice)."""
 
 
@@ -102,7 +102,7 @@ def test_no_private_names_from_other_modules(module):
 
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_lazy_imports_are_heavy_parts_with_a_reason(module):
-    """An import inside a function is for a heavy optional part only (ray, vllm, mlflow, deepspeed, or a
+    """An import inside a function is for a heavy optional part only (ray, vllm, mlflow, deepspeed, datasets, or a
     module of ours that needs them), and says why on its line; everything else is imported at the top."""
     bad = []
     for target, _, line, inside, text in imports(module):

@@ -255,3 +255,16 @@ def test_a_study_run_seed_by_seed_is_one_pool_and_other_designs_are_not():
     assert len(pooled) == len(first.curves) + len(second.curves)  # e's runs are a's, kept once
     assert sorted({c.fields["seed"] for c in pooled}) == [0, 1, 2, 3]
     assert P.pool_groups([first, other_budget, other_method]) == []
+
+
+def test_a_sweep_run_before_a_setting_existed_pools_with_one_run_at_its_default():
+    from isosweep.spec.grid import ADDED_LATER
+    from isosweep.spec.yamlio import flatten
+
+    old = sweep(seed=9, name="old")
+    new = sweep(seed=10, name="new", first_seed=2, **flatten(ADDED_LATER))
+    assert "task.prompt_format" not in old.trial_params and new.trial_params["task.prompt_format"] == "auto"
+    assert P.method(old) == P.method(new) and P.identity(old) == P.identity(new)
+    assert [[d.sweep_id for d in g] for g in P.pool_groups([new, old])] == [["old", "new"]]
+    chat = sweep(seed=11, name="chat", first_seed=4, **{**flatten(ADDED_LATER), "task.prompt_format": "chat"})
+    assert P.method(chat) != P.method(old)

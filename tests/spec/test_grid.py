@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import doctest
+import json
 from pathlib import Path
 
 import pytest
@@ -147,3 +148,17 @@ def test_eval_points_are_log_spaced_in_compute():
     tiny = TrialConfig(budget=128 * 3, Bp=16, n=8, eval={"points": 12})
     assert eval_steps(tiny) == [0, 1, 2, 3]
     assert eval_steps(TrialConfig(budget=128 * 50, Bp=16, n=8, eval={"every": 20})) == [0, 20, 40, 50]
+
+
+@pytest.mark.parametrize(("sweep_file", "folder"), [("isocompute-easy.yaml", "isocompute-easy"),
+                                                    ("n-only.yaml", "n-only-easy"), ("fixed-batch.yaml", "fixed-batch")])
+def test_a_sweep_keeps_its_id_across_versions_so_a_rerun_resumes_it(sweep_file, folder, tmp_path):
+    """Keys added to the trial config later (at their defaults) leave a sweep's id as it was: the studies
+    committed in dashboards/ were run under these ids, and a rerun of their files must find their trials."""
+    committed = json.loads((ROOT / "dashboards" / folder / "fits.json").read_text())
+    sweep = load_sweep(ROOT / "sweeps" / sweep_file, budget=committed["budget"])
+    assert sweep.sweep_id == committed["title"]
+    text = (ROOT / "sweeps" / sweep_file).read_text().replace("trial: trials/", f"trial: {ROOT}/sweeps/trials/")
+    (tmp_path / sweep_file).write_text(text.replace("\nset:\n", "\nset:\n  task.prompt_format: raw\n"))
+    raw = load_sweep(tmp_path / sweep_file, budget=committed["budget"])  # such a key set is a change: a new id
+    assert raw.sweep_id != sweep.sweep_id and raw.sweep_id.startswith(sweep.sweep_id[:-6])

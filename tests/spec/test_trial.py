@@ -7,8 +7,18 @@ from pathlib import Path
 
 import pytest
 
+from isosweep.models.tokenizer import char_tokenizer
 from isosweep.rollout import vllm_available
-from isosweep.spec.trial import engine_choice, entropy_coef, kl_coef, learning_rate, load_trial, resources_of, steps
+from isosweep.spec.trial import (
+    engine_choice,
+    entropy_coef,
+    kl_coef,
+    learning_rate,
+    load_trial,
+    resolve_prompt_format,
+    resources_of,
+    steps,
+)
 from isosweep.spec.yamlio import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,3 +133,30 @@ def test_auto_engine_is_in_process_for_tiny_models_on_cpu_and_configured_engines
     assert engine_choice(real)[0] == ("vllm" if vllm_available() else "hf")
     with pytest.raises(ConfigError, match="rollout.engine"):
         load_trial(easy, ["budget=1000", "rollout.engine=sglang"])
+
+
+CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+def test_prompt_format_auto_is_chat_exactly_when_the_tokenizer_has_a_template():
+    plain = char_tokenizer()  # the tiny family's: no template
+    templated = char_tokenizer()
+    templated.chat_template = CHAT_TEMPLATE
+    assert resolve_prompt_format(plain, "auto") == ("raw", "auto: the tokenizer has no chat template")
+    assert resolve_prompt_format(templated, "auto") == ("chat", "auto: the tokenizer has a chat template")
+    assert resolve_prompt_format(templated, "raw") == ("raw", "configured")
+    assert resolve_prompt_format(templated, "chat") == ("chat", "configured")
+    assert resolve_prompt_format(plain, "raw") == ("raw", "configured")
+    with pytest.raises(ConfigError, match="task.prompt_format: 'chat' needs a tokenizer with a chat template.*"
+                                          "allowed: raw, or auto"):
+        resolve_prompt_format(plain, "chat")
+    with pytest.raises(ConfigError, match="allowed: auto, raw, chat"):
+        resolve_prompt_format(templated, "chatml")
+
+
+def test_tiny_models_stay_raw():
+    easy = ROOT / "sweeps" / "trials" / "easy.yaml"
+    assert load_trial(easy, ["budget=1000"]).task.prompt_format == "auto"  # resolves to raw: no template
+    message = error_of(easy, ["budget=1000", "task.prompt_format=chat"])
+    assert "task.prompt_format 'chat' needs a chat template" in message and "tiny-1m" in message

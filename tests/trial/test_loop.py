@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -17,10 +18,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from isosweep.algo.estimators import best_at_k, mean_at_k, worst_at_k
 from isosweep.rollout import vllm_available
 from isosweep.rollout.hf import HFEngine
-from isosweep.spec.trial import load_trial
+from isosweep.spec.trial import load_trial, task_of
 from isosweep.tasks import Problem
 from isosweep.track.curves import COUNTS_KEY, EVAL_SET_KEY, SAMPLES_KEY
-from isosweep.trial.files import CHECKPOINTS, METRICS_FILE, STEPS_FILE, TrialDir
+from isosweep.trial.files import CHECKPOINTS, METRICS_FILE, STEPS_FILE, DiskFull, TrialDir
 from isosweep.trial.loop import batch_problems, eval_correct, evaluate, problem_sets, train_loop
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -187,6 +188,64 @@ def test_no_usable_checkpoint_is_an_error_that_names_the_files(finished_short_tr
     assert not TrialDir(trial).checkpoints() and len(list((trial / CHECKPOINTS).glob("damaged-step-*"))) >= 2
 
 
+def test_checkpoints_between_evaluations_change_nothing_and_a_resume_from_one_is_exact(finished_short_trial, tmp_path):
+    """``eval.checkpoint_every = 3`` adds checkpoints at steps 3 and 6 between the evaluations at 0, 4 and 8;
+    the records are those of the trial without them. A crash at step 7 (the files as a kill leaves them)
+    resumes from step 6, and the record at 8 -- its step averages included -- is the uninterrupted one."""
+    out = tmp_path / "trial"
+    records = train_loop(load_trial(EASY, SHORT + ["eval.checkpoint_every=3"]), out, log=lambda _: None)
+    want, want_steps = TrialDir(finished_short_trial).records(), TrialDir(finished_short_trial).steps()
+    assert records == [{**r, **{k: v for k, v in g.items() if k.startswith(("time/", "system/wall"))}}
+                       for r, g in zip(want, records)]  # the same records, timings aside
+    trial = TrialDir(out)
+    assert [c.name for c in trial.checkpoints()][-2:] == ["step-000006", "step-000008"]
+    assert trial.checkpoint_position(trial.checkpoint_at(6))["step"] == 6
+    # killed after step 7's statistics were appended, before the evaluation at 8
+    shutil.rmtree(trial.checkpoint_at(8))
+    (out / METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in records[:2]))
+    (out / STEPS_FILE).write_text("".join(json.dumps(r) + "\n" for r in trial.steps() if r["step"] <= 7))
+    lines = []
+    again = train_loop(load_trial(EASY, SHORT + ["eval.checkpoint_every=3"]), out, log=lines.append)
+    assert any("resuming at step 6" in line for line in lines)
+    timing = ("time/", "system/wall")
+    strip = lambda r: {k: v for k, v in r.items() if not k.startswith(timing)}  # noqa: E731
+    assert [strip(r) for r in again] == [strip(r) for r in want]
+    assert [strip(r) for r in trial.steps()] == [strip(r) for r in want_steps]
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 20 MB tmpfs: room for the short trial's first checkpoint (about 7 MB: no optimizer moments yet), not its second
+    (about 19 MB). Needs root (CI's shell)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(disk)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({done.stderr.strip()}): the disk-full test needs root")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def test_a_full_disk_is_a_clear_error_keeps_the_last_checkpoint_and_resumes_exactly_once_freed(
+        finished_short_trial, small_disk):
+    out = small_disk / "trial"
+    with pytest.raises(DiskFull, match=rf"no space left on the disk of {out} while writing the checkpoint of step 4 .*"
+                                       "run the same command again to resume"):
+        train_loop(load_trial(EASY, SHORT), out, log=lambda _: None)
+    trial = TrialDir(out)
+    assert [c.name for c in trial.checkpoints()] == ["step-000000"]  # the last good one, whole
+    assert trial.checkpoint_problem(trial.latest_checkpoint()) is None
+    assert not list((out / CHECKPOINTS).glob(".tmp-*"))  # the half-written one gave its space back
+    subprocess.run(["mount", "-o", "remount,size=200m", str(small_disk)], check=True)  # space freed
+    got = train_loop(load_trial(EASY, SHORT), out, log=lambda _: None)
+    want = TrialDir(finished_short_trial).records()
+    assert [r["step"] for r in got] == [0, 4, 8] and trial.records() == got
+    for a, b in zip(want, got):
+        assert math.isclose(a["eval/mean@4"], b["eval/mean@4"], abs_tol=1e-9)
+
+
 def test_cli_rejects_bad_input_before_any_work(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("budget: 100\nBp: 16\nn: 8\ntask: {name: arithmetic}\n")
@@ -221,9 +280,9 @@ def test_grpo_learns_the_easy_set(base_model, tmp_path):
     engine = HFEngine(AutoModelForCausalLM.from_pretrained(base_model), tokenizer, 8, 1.0)
     every_held_out = load_trial(EASY, ["budget=20000", "task.eval_problems=100000"])
     problems = problem_sets(every_held_out, str(base_model), engine).eval
-    before = eval_correct(engine, problems, cfg.task.name, 32, seed=123).mean(axis=1)
+    before = eval_correct(engine, problems, task_of(cfg.task), 32, seed=123).mean(axis=1)
     engine.update_weights(AutoModelForCausalLM.from_pretrained(final).state_dict(), version=1)
-    after = eval_correct(engine, problems, cfg.task.name, 32, seed=123).mean(axis=1)
+    after = eval_correct(engine, problems, task_of(cfg.task), 32, seed=123).mean(axis=1)
     diff = after - before  # paired per problem: the base rate's spread cancels
     stderr = diff.std(ddof=1) / math.sqrt(len(diff))
     print(f"mean@1 {before.mean():.3f} -> {after.mean():.3f} (+{diff.mean():.3f}, z = {diff.mean() / stderr:.1f}); "

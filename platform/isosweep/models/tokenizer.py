@@ -1,9 +1,10 @@
-"""A character-level tokenizer for the tiny model family, saved as a Hugging Face fast tokenizer.
+"""A character-level tokenizer for the tiny model family, saved as a Hugging Face fast tokenizer,
+and `chat_prompt`, how a prompt is wrapped for a model whose tokenizer has a chat template.
 
 One token per character of the synthetic tasks' alphabet, plus ``<pad>`` and ``<eos>``.
 Because it is a ``PreTrainedTokenizerFast``, it is saved with ``save_pretrained`` and loaded by
 ``AutoTokenizer.from_pretrained(path)`` -- the same call that loads a real model's tokenizer --
-and vLLM can serve models that use it.
+and vLLM can serve models that use it. It has no chat template, so the tiny models' prompts stay raw.
 """
 
 from __future__ import annotations
@@ -36,3 +37,18 @@ def char_tokenizer(alphabet: str = ALPHABET) -> PreTrainedTokenizerFast:
         padding_side="left",
         model_max_length=256,
     )
+
+
+def chat_prompt(tokenizer, prompt: str) -> str:
+    """``prompt`` as one user message in ``tokenizer``'s chat template, ending where the assistant's reply starts.
+
+    The result is text (special tokens spelled out); engines tokenize it without adding special tokens,
+    so nothing is doubled. Rewards still see the completion alone.
+
+    >>> tok = char_tokenizer()
+    >>> tok.chat_template = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}<|assistant|>"
+    >>> chat_prompt(tok, "1+2=")
+    '<|user|>1+2=<|assistant|>'
+    """
+    return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                         add_generation_prompt=True)

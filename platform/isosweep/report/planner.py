@@ -53,13 +53,15 @@ from isosweep.report.analysis import (
     why_unfittable,
 )
 from isosweep.report.plots import png, pyplot
+from isosweep.spec.grid import ADDED_LATER
 from isosweep.spec.values import short_count
-from isosweep.spec.yamlio import ConfigError
+from isosweep.spec.yamlio import ConfigError, flatten
 from isosweep.track.curves import CURVES_FILE, Curve, SweepData
 
 METRICS = ("mean", "best", "worst")
 
-IDENTITY = ("task.name", "task.levels", "task.difficulty", "model.name")
+IDENTITY = ("task.name", "task.levels", "task.difficulty", "model.name", "task.dataset_config", "task.train_split",
+            "task.eval_split", "task.columns.prompt", "task.columns.answer")
 """Trial settings that must be equal for sweeps to be pooled: what is trained, on what."""
 
 NOT_METHOD = {"budget", "Bp", "n", "seed", "profile", "rollout.actors", "trainer.num_workers", "eval.every",
@@ -96,12 +98,23 @@ def load_folders(root: str | Path) -> list[SweepData]:
     return out
 
 
+ADDED_DEFAULTS = flatten(ADDED_LATER)
+"""Trial settings a sweep run by an earlier isosweep lacks, with the value that sweep in effect had."""
+
+
+def trial_params(data: SweepData) -> dict[str, str]:
+    """The sweep's trial settings, those added to isosweep since it ran filled in with their defaults, so that
+    a sweep run then and one run now with the same settings compare equal."""
+    return {**ADDED_DEFAULTS, **data.trial_params}
+
+
 def identity(data: SweepData) -> dict[str, str]:
-    return {key: data.trial_params.get(key, "?") for key in IDENTITY}
+    params = trial_params(data)
+    return {key: params.get(key, "?") for key in IDENTITY}
 
 
 def method(data: SweepData) -> dict[str, str]:
-    return {key: value for key, value in data.trial_params.items()
+    return {key: value for key, value in trial_params(data).items()
             if key not in NOT_METHOD and not key.startswith("derived.")}
 
 

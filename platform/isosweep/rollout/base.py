@@ -9,12 +9,13 @@ A trial talks to its rollout engine through two calls:
   carries the ``policy_version`` it was sampled with, so a trainer can prove no rollout is stale.
 
 Engines: ``hf.HFEngine`` (in-process Hugging Face model), ``vllm.VLLMEngine`` (a vLLM engine in a
-Ray actor) and ``pool.RolloutPool`` (several such actors behind one engine).
+Ray actor) and ``pool.RolloutPool`` (several such actors behind one engine); `TemplatedEngine` wraps
+any of them to format every prompt first (a chat template).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -56,6 +57,29 @@ class RolloutEngine(Protocol):
     def generate(self, prompts: Sequence[str], n: int, seed: int) -> Rollouts: ...
 
     def update_weights(self, state_dict: Mapping[str, Tensor], version: int) -> None: ...
+
+
+class TemplatedEngine:
+    """A rollout engine whose prompts pass through ``template`` first (a chat template, for one).
+
+    The one place a trial's prompts are formatted: training rollouts, evaluation and the difficulty probe
+    all sample through it, so they see the same text, while problems, probes and eval-set ids keep the raw
+    prompt. ``Rollouts.prompt_ids`` are the formatted prompt's tokens, which the trainer conditions on.
+    """
+
+    def __init__(self, engine: RolloutEngine, template: Callable[[str], str]):
+        self.engine = engine
+        self.template = template
+
+    @property
+    def policy_version(self) -> int:
+        return self.engine.policy_version
+
+    def generate(self, prompts: Sequence[str], n: int, seed: int) -> Rollouts:
+        return self.engine.generate([self.template(p) for p in prompts], n, seed)
+
+    def update_weights(self, state_dict: Mapping[str, Tensor], version: int) -> None:
+        self.engine.update_weights(state_dict, version)
 
 
 def round_weights(state_dict: Mapping[str, Tensor], precision: str) -> dict[str, Tensor]:

@@ -139,6 +139,23 @@ class TrialPoint:
         return f"n{self.cfg.n}-Bp{self.cfg.Bp}"
 
 
+ADDED_LATER = {"task": {"dataset_config": None, "train_split": "train", "eval_split": None,
+                        "columns": {"prompt": "prompt", "answer": "answer"}, "prompt_format": "auto"},
+               "eval": {"checkpoint_every": 100}}
+"""Trial keys added after sweeps were first run, with their defaults: left out of a sweep's id while at their
+default, so a sweep file keeps its id -- and a rerun resumes it -- across versions of isosweep."""
+
+
+def id_dump(cfg: TrialConfig) -> dict:
+    """A trial config as its sweep's id hashes it: every key, less the :data:`ADDED_LATER` ones at their default."""
+    data = cfg.model_dump(mode="json")
+    for section, keys in ADDED_LATER.items():
+        for key, default in keys.items():
+            if data[section].get(key) == default:
+                del data[section][key]
+    return data
+
+
 @dataclass(frozen=True)
 class Sweep:
     """A loaded sweep: the spec, where it came from, the budget it runs at and its trials."""
@@ -152,8 +169,7 @@ class Sweep:
     def sweep_id(self) -> str:
         """``<name>-<budget>-<hash>``: the same file at the same budget always gets the same id
         (which is what lets a re-run resume it), a changed grid or trial config a new one."""
-        digest = hashlib.sha256(json.dumps([t.cfg.model_dump(mode="json") for t in self.trials],
-                                           sort_keys=True).encode()).hexdigest()[:6]
+        digest = hashlib.sha256(json.dumps([id_dump(t.cfg) for t in self.trials], sort_keys=True).encode()).hexdigest()[:6]
         return f"{self.spec.name}-{short_count(self.budget)}-{digest}"
 
     @property

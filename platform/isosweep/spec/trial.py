@@ -12,6 +12,7 @@ file, the key and what is allowed, e.g. ``sweeps/trials/easy.yaml: key 'Bp': mus
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable
@@ -23,8 +24,9 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 from isosweep.models.sizes import SIZES
 from isosweep.rollout import vllm_available
 from isosweep.spec.profiles import get_profile, trial_resources
-from isosweep.spec.yamlio import Section, merge, parse_overrides, read_yaml, validate
-from isosweep.tasks import get_task
+from isosweep.spec.yamlio import ConfigError, Section, merge, parse_overrides, read_yaml, validate
+from isosweep.tasks import HFDatasetTask, Task, get_task
+from isosweep.tasks.hf_dataset import PREFIX as HF_PREFIX
 
 Difficulty = Literal["easy", "hard"]
 
@@ -33,6 +35,17 @@ DIFFICULTY_BANDS: dict[str, tuple[float, float]] = {"easy": (0.3, 1.0), "hard": 
 
 REGULARISATION: dict[str, tuple[float, float]] = {"easy": (1e-3, 1e-3), "hard": (0.0, 0.0)}
 """Default ``(kl_coef, entropy_coef)`` per difficulty: on for easy sets, off for hard ones."""
+
+
+@functools.cache
+def task_of(task: TaskConfig) -> Task:
+    """The `Task` a task config names: ``get_task(task.name)``, or for an ``hf:`` dataset one reading the
+    config's splits and columns. One object per config in a process, so a dataset is loaded once however
+    often a trial asks (validation makes it, without loading anything)."""
+    if task.name.startswith(HF_PREFIX):
+        return HFDatasetTask(task.name.removeprefix(HF_PREFIX), task.dataset_config, task.train_split,
+                             task.eval_split, task.columns.prompt, task.columns.answer)
+    return get_task(task.name)
 
 
 def known(lookup: Callable[[str], object]) -> AfterValidator:
@@ -44,21 +57,58 @@ def known(lookup: Callable[[str], object]) -> AfterValidator:
     return AfterValidator(check)
 
 
+class DatasetColumns(Section):
+    """Which columns of an ``hf:`` dataset hold the prompt and the answer."""
+
+    prompt: str = "prompt"
+    """Column fed to the model (GSM8K: ``question``)."""
+    answer: str = "answer"
+    """Column holding the answer, graded by its final number (GSM8K: ``answer``, ending ``#### 42``)."""
+
+
+DATASET_KEYS = ("dataset_config", "train_split", "eval_split", "columns")
+"""The ``task`` keys that only an ``hf:`` dataset reads."""
+
+
 class TaskConfig(Section):
-    """Which problems a trial trains and evaluates on."""
+    """Which problems a trial trains and evaluates on, and how their prompts reach the model."""
 
     name: Annotated[str, known(get_task)] = "arithmetic"
-    """A built-in task (``arithmetic``, ``countdown``) or a JSONL dataset (``data.jsonl``, ``jsonl:path``)."""
+    """A built-in task (``arithmetic``, ``countdown``), a JSONL dataset (``data.jsonl``, ``jsonl:path``), or a
+    dataset read by Hugging Face ``datasets``: ``hf:data.parquet`` (or ``.json``, ``.jsonl``, ``.csv``, or a
+    folder of such files) or ``hf:owner/name`` on the hub (``hf:openai/gsm8k``, downloaded when the trial starts)."""
     levels: tuple[int, ...] = (2,)
-    """Task difficulty levels to draw problems from (digits for arithmetic, numbers for countdown)."""
+    """Task difficulty levels to draw problems from (digits for arithmetic, numbers for countdown; 0 for datasets)."""
     difficulty: Difficulty = "easy"
     """Problem set by base pass rate: ``easy`` (rate >= 0.3) or ``hard`` (rate < 0.3)."""
     eval_problems: int = Field(256, gt=0)
     """Held-out problems per evaluation (fewer if the set has fewer)."""
+    dataset_config: str | None = None
+    """``hf:`` datasets: the dataset's config (GSM8K: ``main``); none for a single local file."""
+    train_split: str = "train"
+    """``hf:`` datasets: the split training problems come from."""
+    eval_split: str | None = None
+    """``hf:`` datasets: the split eval problems come from (GSM8K: ``test``); unset, the train split is divided
+    by a hash of each prompt (a fifth to eval), as a JSONL file's lines are."""
+    columns: DatasetColumns = DatasetColumns()
+    """``hf:`` datasets: the prompt and answer columns, e.g. ``{prompt: question, answer: answer}``."""
+    prompt_format: Literal["auto", "raw", "chat"] = "auto"
+    """``raw``: the prompt text as it is; ``chat``: wrapped as one user message by the tokenizer's chat template;
+    ``auto`` (default): ``chat`` where the model's tokenizer has a template, else ``raw`` (the tiny models have
+    none). The trial log and every eval record say which was used."""
+
+    @model_validator(mode="after")
+    def _dataset_keys_for_datasets(self) -> TaskConfig:
+        # by value, not by whether a key was written: a dumped and reloaded config (a Ray Train worker's) has all
+        stray = [f"task.{key}" for key in DATASET_KEYS if getattr(self, key) != type(self).model_fields[key].default]
+        if stray and not self.name.startswith(HF_PREFIX):
+            raise ValueError(f"{', '.join(stray)}: for {HF_PREFIX} datasets only, and task.name is {self.name!r}; "
+                             f"allowed: task.name {HF_PREFIX}<file, folder or hub dataset>, or no {', '.join(stray)}")
+        return self
 
     @model_validator(mode="after")
     def _known_levels(self) -> TaskConfig:
-        allowed = get_task(self.name).levels
+        allowed = task_of(self).levels
         bad = [lv for lv in self.levels if lv not in allowed]
         if bad or not self.levels:
             raise ValueError(f"levels {list(self.levels)} not allowed for task {self.name!r}; "
@@ -155,6 +205,10 @@ class EvalConfig(Section):
 
     every: int = Field(20, gt=0)
     """Evaluate (and checkpoint) every this many steps, plus at the start and the end."""
+    checkpoint_every: int | None = Field(100, gt=0)
+    """Also checkpoint every this many steps between evaluations (None: at evaluations only). Log-spaced
+    evaluations leave long gaps late in a trial (the last is half of it); this bounds the work a crash
+    loses to ``checkpoint_every`` steps. Checkpoints do not change what a trial computes."""
     points: int | None = Field(None, ge=2)
     """If set, replaces ``every``: about this many evaluations log-spaced in compute between
     ``first`` x C and C (plus one at the start). A sigmoid in compute is fitted to these points,
@@ -198,6 +252,9 @@ class TrialConfig(Section):
         if self.model.name in SIZES and self.task.name not in ("arithmetic", "countdown"):
             raise ValueError(f"model.name {self.model.name!r} is a tiny base model, warmed up only on the synthetic "
                              "tasks; allowed with task.name arithmetic or countdown (use a real model for datasets)")
+        if self.model.name in SIZES and self.task.prompt_format == "chat":
+            raise ValueError(f"task.prompt_format 'chat' needs a chat template, and the tiny model {self.model.name!r} "
+                             "has none; allowed with a tiny model: raw or auto")
         if self.n < 2:
             raise ValueError("n must be at least 2: group-relative advantages need two samples per problem")
         if self.Bp % self.trainer.num_workers:
@@ -265,6 +322,24 @@ def engine_choice(cfg: TrialConfig) -> tuple[str, str]:
 def rollout_engine(cfg: TrialConfig) -> str:
     """``vllm`` or ``hf``: the engine a trial uses (:func:`engine_choice`)."""
     return engine_choice(cfg)[0]
+
+
+def resolve_prompt_format(tokenizer, setting: str) -> tuple[str, str]:
+    """The prompt format a trial uses, ``raw`` or ``chat``, and why: ``setting`` (``task.prompt_format``)
+    unless it is ``auto``, which is ``chat`` exactly when ``tokenizer`` has a chat template.
+
+    ``chat`` for a tokenizer without a template is a ``ConfigError``: the trial cannot do what it says.
+    """
+    if setting not in ("auto", "raw", "chat"):
+        raise ConfigError(f"task.prompt_format: {setting!r} is not a prompt format; allowed: auto, raw, chat")
+    has_template = bool(getattr(tokenizer, "chat_template", None))
+    if setting == "auto":
+        return ("chat", "auto: the tokenizer has a chat template") if has_template else \
+            ("raw", "auto: the tokenizer has no chat template")
+    if setting == "chat" and not has_template:
+        raise ConfigError(f"task.prompt_format: 'chat' needs a tokenizer with a chat template, and the tokenizer of "
+                          f"{tokenizer.name_or_path!r} has none; allowed: raw, or auto (chat where a template exists)")
+    return setting, "configured"
 
 
 def kl_coef(cfg: TrialConfig) -> float:

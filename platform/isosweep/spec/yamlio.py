@@ -6,6 +6,7 @@ than 0 (got -4)``.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -99,3 +100,14 @@ def _section_at(model: type[BaseModel], loc: list[str]) -> type[BaseModel] | Non
             return None
         model = annotation
     return model
+
+
+def flatten(data: dict, prefix: str = "") -> dict[str, str]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": "1"}``: a config as flat strings (MLflow params, a sweep's trial settings)."""
+    flat: dict[str, str] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = json.dumps(value) if isinstance(value, (list, tuple)) else str(value)
+    return flat

@@ -5,6 +5,9 @@ Each line is ``{"prompt": ..., "answer": ...}`` with optional ``"split"`` ("trai
 (``"\\boxed{42}"``); `Problem.answer` holds the extracted canonical number. Lines without an
 explicit split are assigned by `split_of` keyed on the prompt under the name ``"jsonl"`` rather
 than the file's, so renaming or copying the file does not move problems between splits.
+
+`problem_rows` (validation, canonical answers, split assignment, duplicates) and `pick_problems`
+are the one reading of a user dataset's rows: :mod:`isosweep.tasks.hf_dataset` uses them too.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import json
 import math
 import random
 import re
+from collections.abc import Iterable, Iterator
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
@@ -119,22 +123,18 @@ def numeric_reward(problem: Problem, completion: str) -> float:
         return 0.0
 
 
-def _load(path: Path, name: str) -> list[tuple[Problem, Split]]:
-    """Parse every non-blank line into (problem, split); ValueError names the file and line."""
+def problem_rows(records: Iterable[tuple[str, str, object]], source: str, name: str) -> list[tuple[Problem, Split]]:
+    """Validate records into ``(problem, split)`` rows: the one reading of a user dataset's rows.
+
+    Each record comes as ``(where, label, record)``: ``where`` starts its error messages
+    (``data.jsonl:3``), ``label`` names it as the first of a duplicate (``line 3``), and ``record``
+    must be a dict with ``prompt`` and ``answer`` and optionally ``split`` and ``level``. Rows
+    without a split are assigned by `split_of` under `SPLIT_KEY_NAME`. Raises ValueError naming
+    the record; ``source`` names the dataset when it has no rows at all.
+    """
     rows: list[tuple[Problem, Split]] = []
-    first_line: dict[str, int] = {}
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as error:
-        raise ValueError(f"{path}: cannot read dataset: {error}") from error
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{lineno}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{where}: not valid JSON ({error.msg})") from error
+    first: dict[str, str] = {}
+    for where, label, record in records:
         if not isinstance(record, dict):
             raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
         for key in ("prompt", "answer"):
@@ -155,13 +155,40 @@ def _load(path: Path, name: str) -> list[tuple[Problem, Split]]:
         if isinstance(level, bool) or not isinstance(level, int):
             raise ValueError(f"{where}: 'level' must be an integer, got {level!r}")
         # A repeated prompt could sit in both splits and leak eval into training.
-        if prompt in first_line:
-            raise ValueError(f"{where}: duplicate prompt (first on line {first_line[prompt]})")
-        first_line[prompt] = lineno
+        if prompt in first:
+            raise ValueError(f"{where}: duplicate prompt (first on {first[prompt]})")
+        first[prompt] = label
         rows.append((Problem(prompt=prompt, answer=answer, task=name, level=level), split))
     if not rows:
-        raise ValueError(f"{path}: dataset has no problems")
+        raise ValueError(f"{source}: dataset has no problems")
     return rows
+
+
+def pick_problems(rows: list[tuple[Problem, Split]], source: str, name: str, split: Split, level: int,
+                  count: int, seed: int) -> list[Problem]:
+    """``count`` of the rows' ``split`` problems at ``level``, shuffled by ``(name, split, level, seed)``."""
+    pool = [p for p, s in rows if s == split and p.level == level]
+    if len(pool) < count:
+        raise ValueError(f"{source}: level {level} has {len(pool)} {split} problems, fewer than {count}")
+    seeded_rng(name, split, level, seed).shuffle(pool)
+    return pool[:count]
+
+
+def _records(path: Path) -> Iterator[tuple[str, str, object]]:
+    """``(where, label, record)`` of every non-blank line; ValueError names the file and line."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as error:
+        raise ValueError(f"{path}: cannot read dataset: {error}") from error
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{where}: not valid JSON ({error.msg})") from error
+        yield where, f"line {lineno}", record
 
 
 class JsonlTask:
@@ -170,19 +197,13 @@ class JsonlTask:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.name = f"jsonl:{self.path.stem}"
-        self._rows = _load(self.path, self.name)
+        self._rows = problem_rows(_records(self.path), str(self.path), self.name)
         self.levels: tuple[int, ...] = tuple(sorted({problem.level for problem, _ in self._rows}))
 
     def problems(self, split: Split, level: int, count: int, seed: int) -> list[Problem]:
         """``count`` of the file's ``split`` problems at ``level``, shuffled by ``seed``."""
         check_request(self, split, level, count)
-        pool = [p for p, s in self._rows if s == split and p.level == level]
-        if len(pool) < count:
-            raise ValueError(
-                f"{self.path}: level {level} has {len(pool)} {split} problems, fewer than {count}"
-            )
-        seeded_rng(self.name, split, level, seed).shuffle(pool)
-        return pool[:count]
+        return pick_problems(self._rows, str(self.path), self.name, split, level, count, seed)
 
     def reward(self, problem: Problem, completion: str) -> float:
         return numeric_reward(problem, completion)

@@ -176,13 +176,18 @@ class TrialDir:
         for name in (METRICS_FILE, STEPS_FILE):
             (self.path / name).unlink(missing_ok=True)
 
-    def truncate_to(self, record: dict) -> None:
-        """Make the files agree with a checkpoint taken at ``record``: records after it are dropped
-        (they will be recomputed), the record itself is restored if the file lacks it (a crash
-        between the checkpoint and the append), and per-step statistics after its step are dropped."""
+    def truncate_to(self, record: dict, through: int | None = None) -> list[dict]:
+        """Make the files agree with a checkpoint taken at ``record`` (or, between evaluations, at step
+        ``through`` after it): records after it are dropped (they will be recomputed), the record itself is
+        restored if the file lacks it (a crash between the checkpoint and the append), and per-step statistics
+        after the checkpoint's step are dropped. Returns the per-step statistics kept after ``record``: what the
+        next eval record averages."""
+        through = record["step"] if through is None else through
         kept = [r for r in self.records() if r["step"] < record["step"]] + [record]
+        steps = [r for r in self.steps() if r["step"] <= through]
         atomic_write(self.path / METRICS_FILE, jsonl_text(kept))
-        atomic_write(self.path / STEPS_FILE, jsonl_text([r for r in self.steps() if r["step"] <= record["step"]]))
+        atomic_write(self.path / STEPS_FILE, jsonl_text(steps))
+        return [r for r in steps if r["step"] > record["step"]]
 
     # -- checkpoints --------------------------------------------------------------------------
     @property
@@ -207,8 +212,19 @@ class TrialDir:
         return self.checkpoint_root / f".tmp-step-{step:06d}"
 
     @staticmethod
-    def write_checkpoint_state(folder: Path, record: dict, is_best: bool) -> None:
-        (folder / STATE_FILE).write_text(json.dumps({"record": record, "best": is_best}))
+    def write_checkpoint_state(folder: Path, record: dict, is_best: bool, at: dict | None = None) -> None:
+        """``record``: the last eval record; ``at``: where training stood (``step``, ``tokens``,
+        ``system/wall_s``) for a checkpoint taken between evaluations (None: at ``record``)."""
+        state = {"record": record, "best": is_best, **({"at": at} if at else {})}
+        (folder / STATE_FILE).write_text(json.dumps(state))
+
+    @staticmethod
+    def checkpoint_position(folder: Path) -> dict:
+        """Where training stood at the checkpoint in ``folder``: ``step``, ``tokens`` and ``system/wall_s`` (its
+        eval record's, for a checkpoint taken at an evaluation)."""
+        state = json.loads((folder / STATE_FILE).read_text())
+        record = state["record"]
+        return state.get("at") or {key: record[key] for key in ("step", "tokens", "system/wall_s")}
 
     @staticmethod
     def checkpoint_record(folder: Path) -> dict:

@@ -10,7 +10,8 @@ Outputs in ``out``:
 - ``metrics.jsonl``: one JSON object per evaluation, with ``step``, ``rollouts`` (compute
   consumed, the x-axis), ``eval/mean@k``, ``eval/best@k``, ``eval/worst@k``, training
   statistics averaged over the steps since the previous evaluation (``train/...``, null at
-  rollouts 0), and ``rollout/...``, ``mismatch/...`` and ``system/...`` figures;
+  rollouts 0), ``rollout/...``, ``mismatch/...`` and ``system/...`` figures, and
+  ``prompt_format`` (``raw``, or ``chat``: every prompt wrapped by the tokenizer's chat template);
 - ``checkpoints/step-NNNNNN/``: the two latest and the best (record mean@k) checkpoints, each a
   ``save_pretrained`` directory (safetensors) plus ``trainer_state.json``; written to a
   temporary name and renamed, so a crash never leaves a half-written checkpoint.
@@ -27,6 +28,7 @@ are 0, because they are the health signals of a run (with a non-zero KL weight, 
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 import random
@@ -45,8 +47,9 @@ from isosweep.algo.correction import ais_alpha, ais_weights, mismatch_metrics, t
 from isosweep.algo.estimators import summarize
 from isosweep.algo.grpo import entropy_from_logits, group_advantages, grpo_loss, k3_kl, token_logprobs
 from isosweep.models.problemsets import probe_pass_rates, select
+from isosweep.models.tokenizer import chat_prompt
 from isosweep.models.warmup import PROBE_FILE, resolve_model
-from isosweep.rollout.base import RolloutEngine, Rollouts
+from isosweep.rollout.base import RolloutEngine, Rollouts, TemplatedEngine
 from isosweep.rollout.hf import HFEngine
 from isosweep.rollout.pool import RolloutPool
 from isosweep.rollout.vllm import VLLMEngine
@@ -59,17 +62,22 @@ from isosweep.spec.trial import (
     eval_steps,
     kl_coef,
     learning_rate,
+    resolve_prompt_format,
     rollout_engine,
     steps,
+    task_of,
 )
 from isosweep.spec.yamlio import ConfigError
-from isosweep.tasks import Problem, get_task
+from isosweep.tasks import Problem, Task
 from isosweep.track.curves import COUNTS_KEY, EVAL_SET_KEY, SAMPLES_KEY
-from isosweep.trial.files import TrialDir
+from isosweep.trial.files import TrialDir, disk_full, out_of_space
 from isosweep.trial.learner import gathered_state_dict, init_distributed, load_state, make_learner, save_state
 
 PROBE_POOL, PROBE_SAMPLES = 1024, 8
 """Pool size and samples per problem when a non-tiny model's problem sets must be probed."""
+
+PROMPT_FORMAT_KEY = "prompt_format"
+"""Eval-record key of the prompt format the trial sampled with (``raw`` or ``chat``)."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +98,7 @@ def problem_sets(cfg: TrialConfig, model_path: str, engine: RolloutEngine) -> Pr
     if probe_file.exists():
         probe = json.loads(probe_file.read_text())
     else:
-        probe = probe_pass_rates(engine, get_task(cfg.task.name), cfg.task.levels, PROBE_POOL, PROBE_SAMPLES, cfg.seed)
+        probe = probe_pass_rates(engine, task_of(cfg.task), cfg.task.levels, PROBE_POOL, PROBE_SAMPLES, cfg.seed)
     band = DIFFICULTY_BANDS[cfg.task.difficulty]
     train = select(probe, cfg.task.name, "train", cfg.task.levels, band)
     held_out = select(probe, cfg.task.name, "eval", cfg.task.levels, band)
@@ -135,9 +143,8 @@ def pack(rollouts: Rollouts, pad_id: int) -> dict[str, torch.Tensor]:
     return {"ids": ids, "attention": attention, "mask": mask, "rollout_logp": rollout_logp}
 
 
-def eval_correct(engine: RolloutEngine, problems: list[Problem], task_name: str, samples: int, seed: int) -> np.ndarray:
+def eval_correct(engine: RolloutEngine, problems: list[Problem], task: Task, samples: int, seed: int) -> np.ndarray:
     """0/1 correctness of ``samples`` completions per problem, shape ``(problems, samples)``."""
-    task = get_task(task_name)
     rollouts = engine.generate([p.prompt for p in problems], samples, seed=seed)
     correct = [task.reward(problems[i // samples], text) for i, text in enumerate(rollouts.texts)]
     return np.array(correct).reshape(len(problems), samples)
@@ -152,7 +159,7 @@ def evaluate(engine: RolloutEngine, problems: list[Problem], cfg: TrialConfig) -
     """``eval/mean@k``, ``eval/best@k``, ``eval/worst@k`` (and the stderr of mean@k) on held-out problems,
     plus the per-problem correct counts (``eval_correct``, out of ``eval_samples``; problem order of
     ``eval_set``) from which every statistic can be recomputed, and paired across trials."""
-    correct = eval_correct(engine, problems, cfg.task.name, cfg.eval.samples, seed=cfg.seed + 7_919)
+    correct = eval_correct(engine, problems, task_of(cfg.task), cfg.eval.samples, seed=cfg.seed + 7_919)
     return {**{f"eval/{key}": value for key, value in summarize(correct, cfg.eval.k).items()},
             COUNTS_KEY: [int(c) for c in correct.sum(axis=1)], SAMPLES_KEY: cfg.eval.samples,
             EVAL_SET_KEY: eval_set_id(problems)}
@@ -216,13 +223,16 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
     lap("distributed")
     model_path = resolve_model(cfg.model.name, cfg.task.name, cfg.model.warmup_seed)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
+    prompt_format, prompt_why = resolve_prompt_format(tokenizer, cfg.task.prompt_format)
     policy = load_policy(model_path)
     reference = copy.deepcopy(policy).eval().requires_grad_(False)
     lap("model")
     engine, shared_engine = make_engine(cfg, model_path, tokenizer, rank, run_id)
+    if prompt_format == "chat":  # from here on every prompt sampled -- probe, training, eval -- is wrapped
+        engine = TemplatedEngine(engine, functools.partial(chat_prompt, tokenizer))
     lap("engine")
     sets = problem_sets(cfg, model_path, engine)
-    task = get_task(cfg.task.name)
+    task = task_of(cfg.task)
     lap("problems")
     learner = make_learner(policy, cfg, gpu)
     lap("learner")
@@ -249,8 +259,9 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
             f"{len(sets.eval)} eval problems, Bp={cfg.Bp} n={cfg.n} M={total_steps} lr={learning_rate(cfg):.2e} "
             f"rollouts={engine_name}/{cfg.rollout.precision} ({why}) correction={cfg.algorithm.correction} "
             f"workers={world} threads={torch.get_num_threads()}" + (f", resuming at step {step}" if step else ""))
+        log(f"[trial] prompts: {prompt_format} ({prompt_why})")
 
-    window: list[dict[str, float]] = []
+    window: list[dict[str, float]] = state["window"]  # steps since the last eval record (resumed between two)
     started = time.perf_counter() - wall
     while True:
         if step in evals:
@@ -258,7 +269,7 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
             if rank == 0 and not (records and records[-1]["step"] == step):
                 t_eval = time.perf_counter()
                 record = {"step": step, "rollouts": step * per_step, "tokens": tokens,
-                          "system/trainer_flops": 6 * params * tokens,
+                          "system/trainer_flops": 6 * params * tokens, PROMPT_FORMAT_KEY: prompt_format,
                           **evaluate(engine, sets.eval, cfg), **_average(window, step)}
                 record["time/eval_s"] = time.perf_counter() - t_eval
                 record["system/wall_s"] = time.perf_counter() - started
@@ -357,6 +368,10 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
         window.append(stats)
         if rank == 0:
             trial.append_step({"step": step, "rollouts": step * per_step, **stats})
+        every = cfg.eval.checkpoint_every
+        if every and step % every == 0 and step not in evals:  # bounds what a crash loses between far-apart evals
+            at = {"step": step, "tokens": tokens, "system/wall_s": time.perf_counter() - started}
+            save_checkpoint(trial, learner, tokenizer, records[-1] if records else None, False, rank, world, at)
 
 
 def _average(window: list[dict[str, float]], step: int) -> dict[str, float | None]:
@@ -393,13 +408,16 @@ def _broadcast(obj, world: int):
 # ---------------------------------------------------------------- checkpoints
 
 
-def save_checkpoint(trial: TrialDir, learner, tokenizer, record: dict, is_best: bool, rank: int, world: int) -> Path:
-    """Write the checkpoint of ``record["step"]`` atomically (temporary name, then rename); keep the two latest and the best.
+def save_checkpoint(trial: TrialDir, learner, tokenizer, record: dict | None, is_best: bool, rank: int, world: int,
+                    at: dict | None = None) -> Path:
+    """Write the checkpoint of ``record["step"]`` -- or, between evaluations, of ``at["step"]`` (``at``: the
+    step, tokens and wall time; ``record`` then the last eval record) -- atomically (temporary name, then
+    rename); keep the two latest and the best.
 
     Every rank writes its DeepSpeed partition; rank 0 writes the model (safetensors), the
     tokenizer and the eval record, then renames the directory once all ranks are done.
     """
-    step = record["step"]
+    step = at["step"] if at else record["step"]
     tmp = trial.checkpoint_tmp(step)
     if rank == 0:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -407,11 +425,17 @@ def save_checkpoint(trial: TrialDir, learner, tokenizer, record: dict, is_best: 
     if world > 1:
         dist.barrier()
     weights = gathered_state_dict(learner)
-    save_state(learner, tmp / "deepspeed")
-    if rank == 0:
-        learner.module.save_pretrained(tmp, state_dict=weights, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        trial.write_checkpoint_state(tmp, record, is_best)
+    try:
+        save_state(learner, tmp / "deepspeed")
+        if rank == 0:
+            learner.module.save_pretrained(tmp, state_dict=weights, safe_serialization=True)
+            tokenizer.save_pretrained(tmp)
+            trial.write_checkpoint_state(tmp, record, is_best, at)
+    except (OSError, RuntimeError) as e:  # torch reports a failed write as a RuntimeError
+        if not out_of_space(e, trial.path):
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)  # give the space of the half-written checkpoint back
+        raise disk_full(trial.path, f"the checkpoint of step {step} ({tmp})") from e
     if world > 1:
         dist.barrier()
     final = trial.checkpoint_at(step)
@@ -446,10 +470,11 @@ def resume(trial: TrialDir, learner, rank: int, world: int = 1, log: Callable[[s
                 problem = f"{checkpoint / 'deepspeed'}: DeepSpeed could not load it ({type(e).__name__}: {e})"
             problem = next((p for p in _gather(problem, world) if p is not None), None)  # any rank's failure
         if problem is None:
-            record = trial.checkpoint_record(checkpoint)
-            if rank == 0:
-                trial.truncate_to(record)
-            return {"step": record["step"], "tokens": record["tokens"], "wall_s": record["system/wall_s"]}
+            record, at = trial.checkpoint_record(checkpoint), trial.checkpoint_position(checkpoint)
+            # the steps since the record, for the next record's averages (a checkpoint between evaluations)
+            since = trial.truncate_to(record, at["step"]) if rank == 0 else []
+            window = [{k: v for k, v in row.items() if k not in ("step", "rollouts")} for row in since]
+            return {"step": at["step"], "tokens": at["tokens"], "wall_s": at["system/wall_s"], "window": window}
         damaged.append(problem)
         if world > 1:
             dist.barrier()
@@ -462,7 +487,7 @@ def resume(trial: TrialDir, learner, rank: int, world: int = 1, log: Callable[[s
                            + f". Restore the files, or remove {trial.path} to run the trial again from the start")
     if rank == 0:
         trial.reset()
-    return {"step": 0, "tokens": 0, "wall_s": 0.0}
+    return {"step": 0, "tokens": 0, "wall_s": 0.0, "window": []}
 
 
 def _gather(obj, world: int) -> list:
