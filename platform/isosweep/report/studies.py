@@ -331,7 +331,7 @@ def planning_section(dashboards: Path, bootstrap: int = 100) -> list[str]:
         key = (tuple(P.identity(data).values()), json.dumps(P.method(data), sort_keys=True))
         groups.setdefault(key, []).append(data)
     for (ident, method), members in sorted(groups.items()):
-        task, levels, difficulty, model = ident
+        task, levels, difficulty, model = ident[:4]  # IDENTITY starts with these
         try:
             planner = P.Planner(members, "mean", bootstrap=bootstrap)
         except ValueError as e:
