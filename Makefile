@@ -18,6 +18,7 @@
 #   make recommend BUDGET=1e6 [DIFFICULTY=easy] [METRIC=mean] [REC_ARGS="--suggest"]
 #                                   which (Bp, n, M) to run at C, from the finished sweeps in MLflow
 #   make ui / make ui-stop          the MLflow UI (local server, SQLite in .mlflow/) on 127.0.0.1:5000
+#   make ui-screenshot              dashboards/mlflow-frontier.png, by the browser test (a smoke sweep, headless Chromium)
 #   make cluster-up CLUSTER=clusters/aws-h200.yaml    ray up (cluster-down: ray down)
 #   make submit CLUSTER=clusters/aws-h200.yaml SWEEP=sweeps/x.yaml BUDGET=1e5 [RUNS_ON_CLUSTER=/shared/runs]
 
@@ -39,7 +40,7 @@ STUDY_BUDGET ?=
 RUNS ?= runs/sweeps
 DASHBOARDS ?= dashboards
 
-.PHONY: hpo-bench cluster-up cluster-down submit venv browser test models trial ais-study calibrate validate-stats report bench sweep frontier recommend ui ui-stop clean
+.PHONY: hpo-bench cluster-up cluster-down submit venv browser ui-screenshot test models trial ais-study calibrate validate-stats report bench sweep frontier recommend ui ui-stop clean
 
 venv: $(STAMP)
 
@@ -102,6 +103,12 @@ ui: $(STAMP)
 
 ui-stop: $(STAMP)
 	$(BIN)/isosweep ui --stop
+
+# The README's MLflow picture, taken by the browser test (its screenshots land in .cache/ui-screenshots).
+ui-screenshot: $(STAMP) browser
+	rm -rf .cache/ui-screenshots
+	ISOSWEEP_TEST_ARTIFACTS=$(CURDIR)/.cache/ui-screenshots $(BIN)/python -m pytest -q tests/run/test_grid.py -k browser
+	cp .cache/ui-screenshots/mlflow-frontier.png dashboards/mlflow-frontier.png
 
 cluster-up: $(STAMP)
 	$(BIN)/ray up -y $(CLUSTER)

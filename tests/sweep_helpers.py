@@ -24,6 +24,12 @@ def children(client, sweep_id: str) -> list:
                               filter_string=f"tags.`{runs.SWEEP_TAG}` = '{sweep_id}' and tags.`isosweep.kind` = 'trial'")
 
 
+def record_models(client, run_id: str) -> dict[int, object]:
+    """A trial run's record checkpoints (MLflow logged models), by rollouts."""
+    found = client.search_logged_models([runs.experiment_id(client)], filter_string=f"source_run_id = '{run_id}'")
+    return {int(m.tags["isosweep.rollouts"]): m for m in found}
+
+
 def wait_for(predicate, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -167,7 +167,7 @@ def _submit(args: argparse.Namespace) -> None:
     if address is None:
         if not args.cluster:
             raise ConfigError("submit needs --cluster clusters/<x>.yaml (a cluster started with `ray up`) or --address")
-        if token_auth(args.cluster):  # the tunnel and `ray job submit` then send this machine's token
+        if token_auth(args.cluster):  # the tunnel and the job client then send this machine's token
             os.environ["RAY_AUTH_MODE"] = "token"
         # `ray dashboard` forwards the head's dashboard (127.0.0.1 there) to 127.0.0.1:8265 here over SSH
         tunnel = subprocess.Popen([ray_cli(), "dashboard", "--port", "8265", args.cluster],
@@ -214,10 +214,15 @@ def _ui(args: argparse.Namespace) -> None:
         print("[mlflow] stopped" if server.stop_server() else "[mlflow] no local server was running")
         return
     uri = server.ensure_server()
+    from isosweep.track import runs  # MLflow's client
+
+    page = runs.experiment_url(uri, runs.client(uri))  # its runs table, not MLflow's GenAI pages
     if os.environ.get("DISPLAY") or sys.platform == "darwin":  # a desktop: open it there too
-        webbrowser.open(uri)
-    print(f"[mlflow] UI at {uri} -- experiment '{server.EXPERIMENT}'; each sweep is a parent run with its "
-          "frontier under Artifacts > frontier. Stop it with `make ui-stop`. On a remote machine: ssh -L 5000:127.0.0.1:5000 <host>")
+        webbrowser.open(page)
+    print(f"[mlflow] UI at {page} -- experiment '{server.EXPERIMENT}'; each sweep is a parent run with its "
+          "frontier under Artifacts > frontier, its best checkpoint at each C in Model registry > "
+          f"{runs.registered_model_name('<sweep id>')}. Stop it with `make ui-stop`. On a remote machine: "
+          "ssh -L 5000:127.0.0.1:5000 <host>")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -324,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     ui.add_argument("--stop", action="store_true", help="stop the local server started by isosweep")
     ui.set_defaults(run=_ui)
 
-    sub = commands.add_parser("submit", help="submit a sweep to a Ray cluster as a Ray job (ray job submit)")
+    sub = commands.add_parser("submit", help="submit a sweep to a Ray cluster as a Ray job (Ray's job submission client)")
     sub.add_argument("spec", help="sweep YAML, e.g. sweeps/isocompute-easy.yaml")
     sub.add_argument("--budget", default=None, help="C, rollouts per trial; default: the file's budget")
     sub.add_argument("--cluster", default=None, help="cluster YAML started with `ray up` (tunnels to its dashboard)")

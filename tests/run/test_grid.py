@@ -6,7 +6,9 @@ server (the session's ``mlflow_server``), the frontier analysis -- on ``sweeps/s
 
 from __future__ import annotations
 
+import csv
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -19,7 +21,7 @@ from isosweep.spec.grid import load_sweep
 from isosweep.track import runs
 from isosweep.track.curves import SweepData
 from isosweep.trial.files import TrialDir
-from sweep_helpers import ISOSWEEP, ROOT, children, env_for, wait_for
+from sweep_helpers import ISOSWEEP, ROOT, children, env_for, record_models, wait_for
 
 SMOKE = ROOT / "sweeps" / "smoke.yaml"
 
@@ -75,8 +77,20 @@ def test_make_sweep_smoke_prints_the_frontier_and_fills_mlflow(mlflow_server, tm
     kept = SweepData.from_json(json.loads((dashboards / "smoke" / "curves.json").read_text()))  # what recommend reads
     assert kept.sweep_id == sweep.sweep_id and kept.budget == 2000 and "frontier/curves.json" in artifacts
     assert {c.config for c in kept.curves} == {"n4-Bp8", "n8-Bp8"} and kept.trial_params["task.name"] == "arithmetic"
-    for run in children(client, sweep.sweep_id):  # the first record breaks the (empty) record: logged
-        assert "records/rollouts-000000000" in {a.path for a in client.list_artifacts(run.info.run_id, "records")}
+    for run in children(client, sweep.sweep_id):  # the first record breaks the (empty) record: a logged model
+        assert 0 in record_models(client, run.info.run_id)
+    # the winner's best checkpoint at each C of the primary frontier is a version of the sweep's registered model
+    # (the smoke sweep's five evaluations are often too few to fit: then there is no winner, and none registered)
+    with open(dashboards / "smoke" / "frontier.csv") as table:
+        winners = {f"{float(row['C']):.0f}": row["config"] for row in csv.DictReader(table)
+                   if row["metric"] == "mean@4" and row["config"]}
+    name = runs.registered_model_name(sweep.sweep_id)
+    versions = client.search_model_versions(f"name = '{name}'")
+    assert {v.tags["isosweep.C"]: v.tags["isosweep.config"] for v in versions} == winners
+    assert len(versions) == len(winners)
+    assert ("the winner's best checkpoint at each C" in out) == bool(winners)
+    if "2000" in winners:
+        assert client.get_model_version_by_alias(name, "budget").tags["isosweep.C"] == "2000"
 
     # `isosweep frontier` redoes the analysis from MLflow alone: no trial directory needed
     shutil.rmtree(runs_dir)
@@ -94,6 +108,7 @@ def test_make_sweep_smoke_prints_the_frontier_and_fills_mlflow(mlflow_server, tm
     assert report.returncode == 0, report.stderr[-3000:]
     assert (refreshed / "smoke" / "frontier.csv").read_text() == (dashboards / "smoke" / "frontier.csv").read_text()
     assert "`smoke` (easy, C = 2,000, 2 configs, 1 seed)" in (refreshed / "REPORT.md").read_text()
+    assert len(client.search_model_versions(f"name = '{name}'")) == len(winners)  # redone twice, registered once
 
 
 def test_an_interrupted_or_killed_sweep_resumes_without_repeating_work(mlflow_server, tmp_path):
@@ -169,7 +184,21 @@ def chromium_driver():
     return webdriver.Chrome(service=Service(driver), options=options)
 
 
-def test_a_browser_finds_the_frontier_on_the_parent_run(mlflow_server, tmp_path):
+def keep_screenshots(folder: Path) -> None:
+    """The browser test's screenshots, copied to ``$ISOSWEEP_TEST_ARTIFACTS`` when it is set (CI keeps that
+    folder; ``make ui-screenshot`` takes the README's picture from it)."""
+    target = os.environ.get("ISOSWEEP_TEST_ARTIFACTS")
+    if target and folder.exists():
+        Path(target).mkdir(parents=True, exist_ok=True)
+        for shot in folder.glob("*.png"):
+            shutil.copy(shot, Path(target) / shot.name)
+
+
+def test_a_browser_lands_on_the_runs_and_finds_the_frontier_plot_and_the_registry(mlflow_server, tmp_path):
+    """What `make ui` opens, in a browser MLflow has never seen: the experiment's runs table (not MLflow's GenAI
+    pages) with the smoke sweep and its trials; the parent run's frontier plot under Artifacts; the trials'
+    record checkpoints under Models (and the sweep's registered model, if its frontier had a winner).
+    Screenshots of each go to ``tmp_path/screenshots`` (and ``$ISOSWEEP_TEST_ARTIFACTS``)."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -183,22 +212,54 @@ def test_a_browser_finds_the_frontier_on_the_parent_run(mlflow_server, tmp_path)
                               timeout=900)
         assert done.returncode == 0, done.stderr[-3000:]
         parent = runs.find_parent(client, sweep.sweep_id)
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
     browser = chromium_driver()
+    body = lambda b: b.find_element(By.TAG_NAME, "body").text  # noqa: E731
+    click = lambda text: browser.find_element(By.XPATH, f"//*[normalize-space(text())='{text}']").click()  # noqa: E731
     try:
-        browser.get(f"{uri}/#/experiments/{parent.info.experiment_id}/runs/{parent.info.run_id}/artifacts")
-        body = lambda b: b.find_element(By.TAG_NAME, "body").text  # noqa: E731
-        WebDriverWait(browser, 90).until(lambda b: sweep.sweep_id in body(b) and "frontier" in body(b))
-        browser.find_element(By.XPATH, "//*[normalize-space(text())='frontier']").click()
+        browser.get(runs.experiment_url(uri, client))
+        WebDriverWait(browser, 120).until(lambda b: sweep.sweep_id in body(b) and "Run Name" in body(b))
+        assert "/runs?workflowType=machine_learning" in browser.current_url
+        assert "Model registry" in body(browser) and "Token Usage" not in body(browser)  # training pages, not GenAI's
+        # What choosing "Model training" on the sidebar's switch stores, so MLflow keeps to the training pages
+        # as one clicks on (a link without workflowType= falls back to it), and its assistant panel closed.
+        browser.execute_script("localStorage.setItem('mlflow.workflowType_v1', '\"machine_learning\"');"
+                               "localStorage.setItem('mlflow.assistant.panelOpen_v1', 'false');")
+        browser.refresh()
+        WebDriverWait(browser, 120).until(lambda b: sweep.sweep_id in body(b))
+        row = f"//div[@role='row'][.//*[normalize-space(text())='{sweep.sweep_id}']]"
+        browser.find_element(By.XPATH, f"{row}//button[contains(@data-component-id, 'runnamecellrenderer')]").click()
+        WebDriverWait(browser, 60).until(lambda b: all(p.key in body(b) for p in sweep.trials))  # its trials
+        browser.save_screenshot(str(shots / "mlflow-runs.png"))
+
+        click(sweep.sweep_id)  # the parent run's page
+        WebDriverWait(browser, 90).until(lambda b: "Artifacts" in body(b) and parent.info.run_id in b.current_url)
+        click("Artifacts")
+        WebDriverWait(browser, 90).until(lambda b: "frontier" in body(b))
+        click("frontier")
         WebDriverWait(browser, 60).until(lambda b: "frontier.png" in body(b))
-        browser.find_element(By.XPATH, "//*[normalize-space(text())='frontier.png']").click()
+        click("frontier.png")
         WebDriverWait(browser, 60).until(lambda b: "frontier/frontier.png" in body(b))
 
         def shown(b) -> bool:  # the plot itself, decoded by the browser
-            return any(img.get_attribute("src").startswith("blob:")
+            return any((img.get_attribute("src") or "").startswith("blob:")
                        and b.execute_script("return arguments[0].naturalWidth", img) > 200
                        for img in b.find_elements(By.TAG_NAME, "img"))
 
         WebDriverWait(browser, 60).until(shown)
+        assert "Model registry" in body(browser) and "Evaluation runs" not in body(browser)
+        browser.save_screenshot(str(shots / "mlflow-frontier.png"))
+
+        browser.find_element(By.XPATH, "//a[normalize-space(.)='Models']").click()  # the trials' record checkpoints
+        WebDriverWait(browser, 90).until(lambda b: all(f"{p.key}-rollouts-000000000" in body(b) for p in sweep.trials))
+        browser.save_screenshot(str(shots / "mlflow-models.png"))
+        name = runs.registered_model_name(sweep.sweep_id)
+        if client.search_model_versions(f"name = '{name}'"):  # the frontier had a winner (see the test above)
+            browser.get(f"{uri}/#/models/{name}")
+            WebDriverWait(browser, 90).until(lambda b: name in body(b) and "Version 1" in body(b))
+            browser.save_screenshot(str(shots / "mlflow-registry.png"))
     finally:
-        browser.save_screenshot(str(tmp_path / "mlflow.png"))
+        browser.save_screenshot(str(shots / "last.png"))
         browser.quit()
+        keep_screenshots(shots)

@@ -1,4 +1,5 @@
-"""MLflow tracking against a real local server: runs found again, metrics logged once, records as artifacts."""
+"""MLflow tracking against a real local server: runs found again, metrics logged once, records as logged
+models, the frontier's winners in the model registry, the experiment a training experiment."""
 
 from __future__ import annotations
 
@@ -6,13 +7,14 @@ import json
 import os
 import signal
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from isosweep.spec.yamlio import ConfigError
 from isosweep.track import runs, server
 from isosweep.trial.files import TrialDir
-from sweep_helpers import own_smoke
+from sweep_helpers import own_smoke, record_models
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -100,29 +102,84 @@ def test_a_new_logger_catches_up_only_what_mlflow_lacks(run, tmp_path):
     assert sorted(m.step for m in client.get_metric_history(child, "train/reward")) == [32 * s for s in range(1, 13)]
 
 
-def test_record_breaking_checkpoints_are_logged_and_tagged(run, tmp_path):
+def write_checkpoints(out: Path, records: list[dict], tag: str = "") -> None:
+    """A fake checkpoint per record: weights that say which trial and step they are, a config, and trainer
+    state that must not be logged."""
+    for r in records:
+        folder = out / "checkpoints" / f"step-{r['step']:06d}"
+        folder.mkdir(parents=True)
+        (folder / "model.safetensors").write_bytes(f"weights-{tag}{r['step']}".encode())
+        (folder / "config.json").write_text("{}")
+        (folder / "trainer_state.json").write_text("{}")  # not logged
+
+
+def download(uri: str, model_uri: str, dst: Path) -> Path:
+    """A ``models:/`` URI fetched as a user does: MLflow resolves it on the tracking URI of the environment
+    (``MLFLOW_TRACKING_URI``; download_artifacts' ``tracking_uri`` argument is not used for it)."""
+    import mlflow
+
+    dst.mkdir(parents=True, exist_ok=True)
+    saved = os.environ.get("MLFLOW_TRACKING_URI")
+    os.environ["MLFLOW_TRACKING_URI"] = uri
+    try:
+        return Path(mlflow.artifacts.download_artifacts(model_uri, dst_path=str(dst)))
+    finally:
+        if saved is None:
+            os.environ.pop("MLFLOW_TRACKING_URI")
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = saved
+
+
+def test_record_breaking_checkpoints_are_logged_models_of_the_run_once_each(run, tmp_path):
     uri, client, child = run
     out = tmp_path / "trial"
     records = [record(0, 0.50), record(4, 0.55), record(8, 0.52), record(12, 0.60)]
     write_trial(out, records, steps_upto(12))
-    for r in records:
-        folder = out / "checkpoints" / f"step-{r['step']:06d}"
-        folder.mkdir(parents=True)
-        (folder / "model.safetensors").write_bytes(b"weights-%d" % r["step"])
-        (folder / "config.json").write_text("{}")
-        (folder / "trainer_state.json").write_text("{}")  # not logged
+    write_checkpoints(out, records)
     logger = runs.TrialLogger(uri, child, TrialDir(out), k=4)
     for r in records:
         logger.log(r)
-    logged = {a.path for a in client.list_artifacts(child, "records")}
-    assert logged == {"records/rollouts-000000000", "records/rollouts-000000128", "records/rollouts-000000384"}
-    files = {a.path.rsplit("/", 1)[1] for a in client.list_artifacts(child, "records/rollouts-000000384")}
-    assert files == {"model.safetensors", "config.json"}
+    models = record_models(client, child)
+    assert sorted(models) == [0, 128, 384]
+    best = models[384]
+    assert best.status == "READY" and best.name == "n4-Bp8-rollouts-000000384" and best.source_run_id == child
+    assert best.tags["isosweep.value"] == "0.6" and best.tags["isosweep.config"] == "n4-Bp8"
+    assert best.tags["isosweep.metric"] == "eval/mean@4" and best.params["n"] == "4"
+    local = download(uri, f"models:/{best.model_id}", tmp_path / "down")
+    assert sorted(p.name for p in local.iterdir()) == ["config.json", "model.safetensors"]
+    assert (local / "model.safetensors").read_bytes() == b"weights-12"
+    outputs = client.get_run(child).outputs.model_outputs
+    assert sorted((o.step, o.model_id) for o in outputs) == sorted((r, m.model_id) for r, m in models.items())
     tags = client.get_run(child).data.tags
-    assert tags["isosweep.record_checkpoint"] == "records/rollouts-000000384"
+    assert tags["isosweep.record_checkpoint"] == f"models:/{best.model_id}"
     assert tags["isosweep.records"] == "0,128,384" and tags["isosweep.best_rollouts"] == "384"
-    local = client.download_artifacts(child, "records/rollouts-000000384/model.safetensors", str(tmp_path))
-    assert Path(local).read_bytes() == b"weights-12"
+
+    # a resumed trial (a new logger, its run caught up and settled) and a repeated call log no record again
+    again = runs.TrialLogger(uri, child, TrialDir(out), k=4)
+    assert again.catch_up() == 0
+    assert runs.log_record_model(client, child, runs.record_files(out / "checkpoints" / "step-000012"),
+                                 records[3], "eval/mean@4") == best.model_id
+    assert sorted(record_models(client, child)) == [0, 128, 384]
+    assert len(client.get_run(child).outputs.model_outputs) == 3
+    assert client.get_run(child).data.tags["isosweep.records"] == "0,128,384"
+
+
+def test_a_record_cut_off_mid_upload_is_finished_not_logged_again(run, tmp_path):
+    """A logged model left PENDING (the upload cut off by an outage or a crash) is found again, its files
+    uploaded and it is finalized, rather than a second model made."""
+    uri, client, child = run
+    out = tmp_path / "trial"
+    records = [record(0, 0.50)]
+    write_trial(out, records, [])
+    write_checkpoints(out, records)
+    pending = client.create_logged_model(client.get_run(child).info.experiment_id, name="cut-off", source_run_id=child,
+                                         tags={"isosweep.rollouts": "0", "isosweep.kind": "record"})
+    assert runs.log_record_model(client, child, runs.record_files(out / "checkpoints" / "step-000000"), records[0],
+                                 "eval/mean@4") == pending.model_id
+    assert client.get_logged_model(pending.model_id).status == "READY"
+    assert [o.model_id for o in client.get_run(child).outputs.model_outputs] == [pending.model_id]
+    local = download(uri, f"models:/{pending.model_id}", tmp_path / "down")
+    assert (local / "model.safetensors").read_bytes() == b"weights-0"
 
 
 def test_names_mlflow_accepts():
@@ -180,9 +237,11 @@ def test_a_local_server_that_stopped_is_restarted_with_its_data(mlflow_server, t
     assert runs.experiment_id(runs.client(uri)) == before  # the same store
 
 
-def test_a_sharded_record_checkpoint_is_logged_whole_and_loads_back(run, tmp_path, base_model):
-    """A large model is saved in shards by save_pretrained: every shard and the index go to MLflow, and the
-    downloaded record loads with from_pretrained to the same weights (forced here with a small shard size)."""
+@pytest.mark.parametrize("shard", [None, "300KB"], ids=["one-file", "sharded"])
+def test_a_record_checkpoint_is_a_logged_model_that_loads_with_from_pretrained(run, tmp_path, base_model, shard):
+    """The record's logged model, downloaded by its ``models:/`` URI, loads with from_pretrained to the same
+    weights; a large model is saved in shards by save_pretrained, and every shard and the index go to MLflow
+    (forced here with a small shard size); optimizer state does not."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -192,15 +251,128 @@ def test_a_sharded_record_checkpoint_is_logged_whole_and_loads_back(run, tmp_pat
     write_trial(out, records, [])
     model = AutoModelForCausalLM.from_pretrained(base_model)
     folder = out / "checkpoints" / "step-000000"
-    model.save_pretrained(folder, max_shard_size="300KB")
+    model.save_pretrained(folder, **({"max_shard_size": shard} if shard else {}))
     (folder / "optimizer_state.pt").write_bytes(b"not logged")
     shards = sorted(p.name for p in folder.glob("model-*-of-*.safetensors"))
-    assert len(shards) > 1 and (folder / "model.safetensors.index.json").exists()
+    assert (len(shards) > 1 and (folder / "model.safetensors.index.json").exists()) if shard else not shards
     runs.TrialLogger(uri, child, TrialDir(out), k=4).log(records[0])
-    logged = {a.path.rsplit("/", 1)[1] for a in client.list_artifacts(child, "records/rollouts-000000000")}
-    assert set(shards) | {"model.safetensors.index.json", "config.json"} <= logged
+    model_uri = client.get_run(child).data.tags["isosweep.record_checkpoint"]
+    assert model_uri == f"models:/{record_models(client, child)[0].model_id}"
+    local = download(uri, model_uri, tmp_path / "down")
+    logged = {p.name for p in local.iterdir()}
+    assert {"config.json", *(shards + ["model.safetensors.index.json"] if shard else ["model.safetensors"])} <= logged
     assert "optimizer_state.pt" not in logged
-    local = client.download_artifacts(child, "records/rollouts-000000000", str(tmp_path / "down"))
     again = AutoModelForCausalLM.from_pretrained(local, use_safetensors=True)
     for (name, a), (_, b) in zip(model.state_dict().items(), again.state_dict().items()):
         assert torch.equal(a, b), name
+
+
+def test_the_experiment_is_a_training_experiment(mlflow_server, tmp_path, monkeypatch):
+    """Created with MLflow's training kind; an existing one without a kind or marked GenAI is marked training;
+    another training kind someone chose is left. The UI's address asks for the runs table."""
+    uri, _ = mlflow_server
+    client = runs.client(uri)
+    monkeypatch.setattr(runs, "EXPERIMENT", f"kind-{tmp_path.name}")
+    created = runs.experiment_id(client)
+    assert client.get_experiment(created).tags[runs.KIND_TAG] == runs.TRAINING_KIND == "custom_model_development"
+    for before in (None, "genai_development", "finetuning"):
+        if before is None:
+            client.delete_experiment_tag(created, runs.KIND_TAG)
+        else:
+            client.set_experiment_tag(created, runs.KIND_TAG, before)
+        assert runs.experiment_id(client) == created
+        after = client.get_experiment(created).tags.get(runs.KIND_TAG)
+        assert after == (before if before == "finetuning" else runs.TRAINING_KIND), before
+    assert runs.experiment_url(uri, client) == f"{uri}/#/experiments/{created}/runs?workflowType=machine_learning"
+    monkeypatch.undo()
+    session = runs.experiment_id(client)  # the session's own experiment, made by whichever test came first
+    assert client.get_experiment(session).tags[runs.KIND_TAG] == runs.TRAINING_KIND
+
+
+def test_the_frontier_checkpoint_is_the_winning_configs_best_record_by_c():
+    seeds = {("a", "a-s0"): ((0, .5), (128, .6), (384, .7)), ("a", "a-s1"): ((0, .5), (256, .65), (512, .8)),
+             ("b", "b-s0"): ((64, .9),)}
+    records = [{"config": config, "trial": trial, "rollouts": r, "value": v}
+               for (config, trial), points in seeds.items() for r, v in points]
+    pick = runs.frontier_checkpoint
+    assert (pick(records, "a", 100)["trial"], pick(records, "a", 100)["rollouts"]) == ("a-s0", 0)  # the first of equals
+    assert (pick(records, "a", 300)["trial"], pick(records, "a", 300)["rollouts"]) == ("a-s1", 256)  # any seed
+    assert (pick(records, "a", 384)["trial"], pick(records, "a", 384)["rollouts"]) == ("a-s0", 384)  # at C counts
+    assert pick(records, "a", 10_000)["value"] == .8 and pick(records, "b", 64)["value"] == .9  # only the winner's
+    assert pick(records, "b", 63) is None and pick(records, "c", 1e9) is None
+
+
+def frontier_row(C: float, config: str | None, value: float, **extra) -> dict:
+    return {"C": C, "config": config, "value": value, "p_best": 0.9, "tie": False, "runner_up": None, **extra}
+
+
+def test_the_frontier_winners_are_registered_once_per_sweep_with_their_tags(mlflow_server, tmp_path):
+    """Two configs' trials log their records; the frontier's winner at each C gets its best record at or below
+    C as a tagged, aliased version of the sweep's registered model; a second registration adds nothing."""
+    uri, _ = mlflow_server
+    client = runs.client(uri)
+    sweep = own_smoke(tmp_path)
+    parent = runs.open_parent(client, sweep, tmp_path)
+    values = {"n4-Bp8": [0.50, 0.55, 0.53, 0.60], "n8-Bp8": [0.50, 0.58, 0.62, 0.61]}  # at rollouts 0, 128, 256, 384
+    trial_runs = {}
+    for point in sweep.trials:
+        per_step = point.cfg.n * point.cfg.Bp
+        records = [record(i * 128 // per_step, v, per_step) for i, v in enumerate(values[point.key])]
+        out = tmp_path / point.key
+        write_trial(out, records, [])
+        write_checkpoints(out, records, tag=f"{point.key}-")
+        trial_runs[point.key] = runs.open_child(client, parent, sweep.sweep_id, point.key, point.cfg, point.config_key)
+        logger = runs.TrialLogger(uri, trial_runs[point.key], TrialDir(out), k=4)
+        for r in records:
+            logger.log(r)
+    analysis = SimpleNamespace(primary="mean@4", metrics={"mean@4": SimpleNamespace(rows=[
+        frontier_row(64, None, float("nan")), frontier_row(100, "n4-Bp8", 0.51),
+        frontier_row(128, "n8-Bp8", 0.57), frontier_row(256, "n8-Bp8", 0.61),
+        frontier_row(384, "n4-Bp8", 0.605, tie=True, runner_up="n8-Bp8", p_best=0.55)])})
+    name = runs.registered_model_name(sweep.sweep_id)
+    assert name == f"isosweep-{sweep.sweep_id}"
+
+    first = runs.register_frontier(client, sweep.sweep_id, analysis)
+    expected = [(100, "n4-Bp8", 0), (128, "n8-Bp8", 128), (256, "n8-Bp8", 256), (384, "n4-Bp8", 384)]
+    assert [(r["C"], r["config"], r["rollouts"]) for r in first] == expected and all(r["new"] for r in first)
+    assert [r["aliases"] for r in first] == [["c100"], ["c128"], ["c256"], ["c384", "budget"]]
+    assert len(client.search_registered_models(f"name = '{name}'")) == 1
+    versions = {v.tags["isosweep.C"]: v for v in client.search_model_versions(f"name = '{name}'")}
+    assert sorted(versions, key=int) == ["100", "128", "256", "384"]
+    top = versions["384"]
+    assert top.tags["isosweep.config"] == "n4-Bp8" and top.tags["isosweep.metric"] == "eval/mean@4"
+    assert top.tags["isosweep.value"] == "0.6050" and top.tags["isosweep.record_value"] == "0.6000"
+    assert top.tags["isosweep.p_best"] == "0.55" and top.tags["isosweep.tie"] == "n8-Bp8"
+    assert top.tags["isosweep.trial"] == "n4-Bp8" and top.tags["isosweep.rollouts"] == "384"
+    assert versions["256"].tags["isosweep.record_value"] == "0.6200" and "isosweep.tie" not in versions["256"].tags
+    assert client.get_model_version_by_alias(name, "budget").version == top.version
+    best = record_models(client, trial_runs["n4-Bp8"])[384]  # the record checkpoint itself
+    assert first[-1]["model_id"] == best.model_id and top.source == f"models:/{best.model_id}"
+    assert top.run_id == trial_runs["n4-Bp8"]
+    linked = json.loads(client.get_logged_model(best.model_id).tags["mlflow.modelVersions"])  # the server links them
+    assert [(v["name"], str(v["version"])) for v in linked] == [(name, top.version)]
+
+    # the best model at C is one call away, and it is the checkpoint that was logged
+    assert (download(uri, f"models:/{name}@budget", tmp_path / "budget") / "model.safetensors").read_bytes() \
+        == b"weights-n4-Bp8-12"
+    assert (download(uri, f"models:/{name}@c128", tmp_path / "c128") / "model.safetensors").read_bytes() \
+        == b"weights-n8-Bp8-2"
+
+    again = runs.register_frontier(client, sweep.sweep_id, analysis)  # `isosweep frontier`, `make report`
+    assert [(r["version"], r["new"]) for r in again] == [(r["version"], False) for r in first]
+    assert len(client.search_model_versions(f"name = '{name}'")) == 4
+    assert json.loads(client.get_logged_model(best.model_id).tags["mlflow.modelVersions"]) == linked
+
+
+def test_a_sweep_without_record_models_registers_nothing(mlflow_server, tmp_path):
+    """A sweep logged before records were models (or whose checkpoints were gone) has nothing to register: no
+    empty registered model is made."""
+    uri, _ = mlflow_server
+    client = runs.client(uri)
+    sweep = own_smoke(tmp_path)
+    runs.open_parent(client, sweep, tmp_path)
+    rows = [frontier_row(128, "n4-Bp8", .5)]
+    analysis = SimpleNamespace(primary="mean@4", metrics={"mean@4": SimpleNamespace(rows=rows)})
+    assert runs.register_frontier(client, sweep.sweep_id, analysis) == []
+    name = runs.registered_model_name(sweep.sweep_id)
+    assert client.search_registered_models(f"name = '{name}'") == []

@@ -5,7 +5,8 @@
                ─► the runner core (:mod:`isosweep.run.core`): Ray Tune's grid over the unfinished
                   points, at most as many at once as the cluster fits
                ─► frontier analysis read back from MLflow alone (as `isosweep frontier` does)
-               ─► table printed, CSV/JSON/PNG/HTML on the parent run and in dashboards/<name>/
+               ─► table printed, CSV/JSON/PNG/HTML on the parent run and in dashboards/<name>/, the winner's
+                  record checkpoint at each C registered (one registered model per sweep)
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from ray import tune
 
+from isosweep.report import planner as P
 from isosweep.report.analysis import Analysis, analyse, table_text, write_outputs
 from isosweep.report.planner import write_sweep_data
 from isosweep.run.core import (
@@ -130,7 +132,8 @@ def _run_locked(sweep: Sweep, sweep_out: Path, uri: str, dashboards: str | Path 
 def frontier_report(uri: str, sweep_id: str, out: str | Path | None, dashboards: str | Path | None = None,
                     log: Callable[[str], None] = say, prefix: bool = False,
                     runs_root: str | Path = "runs/sweeps") -> Analysis:
-    """The frontier analysis of a sweep from its MLflow runs alone: fit, print, write, log to the parent run.
+    """The frontier analysis of a sweep from its MLflow runs alone: fit, print, write, log to the parent run,
+    register the winners' checkpoints (:func:`isosweep.track.runs.register_frontier`).
 
     ``sweep_id`` may be a prefix of the id (the newest matching sweep) with ``prefix=True``;
     ``out=None`` writes to ``runs_root/<sweep id>/frontier``.
@@ -156,6 +159,7 @@ def frontier_report(uri: str, sweep_id: str, out: str | Path | None, dashboards:
     for path in paths.values():
         client.log_artifact(parent.info.run_id, str(path), artifact_path="frontier")
     runs.log_frontier(client, parent.info.run_id, analysis)
+    registered = runs.register_frontier(client, sweep_id, analysis)
     if dashboards:
         write_outputs(analysis, dashboards)
         write_sweep_data(data, dashboards)
@@ -165,6 +169,13 @@ def frontier_report(uri: str, sweep_id: str, out: str | Path | None, dashboards:
     log(f"[sweep] frontier table, fits and plots: {Path(out)}"
         + (f" and {Path(dashboards) / 'report.html'}" if dashboards else "")
         + f"; in MLflow on parent run {parent.info.run_id} (artifacts/frontier)")
+    if registered:
+        name = runs.registered_model_name(sweep_id)
+        last = registered[-1]
+        log(f"[sweep] the winner's best checkpoint at each C of the table is a version of the registered model {name} "
+            f"(alias c<C>, {sum(r['new'] for r in registered)} new); at C = {last['C']:,.0f}: "
+            f"models:/{name}@{last['aliases'][-1]} ({last['config']}, trial {last['trial']} at {last['rollouts']:,} "
+            "rollouts)")
     return analysis
 
 
@@ -185,4 +196,27 @@ def refresh_dashboards(uri: str, dashboards: str | Path, log: Callable[[str], No
             continue
         log(f"[report] {name}: sweep {sweep_id} redone from MLflow into {Path(dashboards) / name}")
         written.append(Path(dashboards) / name)
+    return written + pool_dashboards(client, list(newest.values()), dashboards, log)
+
+
+def pool_dashboards(client, parents: list, dashboards: str | Path, log: Callable[[str], None] = say) -> list[Path]:
+    """Sweeps that are one study run in parts (another seed run later, as its own sweep: the same study kind,
+    budget, grid, task, model and method; :func:`isosweep.report.planner.pool_groups`) analysed as one: the
+    frontier of all their trials into the folder of the part with the lowest seed, which names the parts in
+    ``fits.json`` (``pooled_from``) so the study report counts them once. Returns the folders written."""
+    data = {runs.read_sweep(client, parent).sweep_id: (parent, runs.read_sweep(client, parent)) for parent in parents}
+    written = []
+    for group in P.pool_groups([d for _, d in data.values()]):
+        home, _ = data[group[0].sweep_id]
+        tags, params = home.data.tags, home.data.params
+        folder = Path(dashboards) / params.get("spec.name", tags[runs.SWEEP_TAG])
+        ids = tuple(d.sweep_id for d in group)
+        analysis = analyse(P.pooled_curves(group), title=ids[0], study=tags["isosweep.study"], budget=group[0].budget,
+                           primary=tags["isosweep.metric"].split("/")[1], points=int(params["spec.frontier.points"]),
+                           bootstrap=int(params["spec.frontier.bootstrap"]), difficulty=tags.get("isosweep.difficulty", ""))
+        analysis.pooled_from = ids
+        write_outputs(analysis, folder)
+        log(f"[report] {folder.name}: sweeps {', '.join(ids)} pooled ({len(analysis.curves)} trials, seeds "
+            f"{analysis.seeds()}) into {folder}")
+        written.append(folder)
     return written

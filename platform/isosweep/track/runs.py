@@ -7,7 +7,13 @@ logged with ``step`` = rollouts consumed, so MLflow's charts overlay configs on 
 axis: eval metrics (``eval/*``, ``system/*``; ``@`` spelled ``_at_``, e.g. ``eval/mean_at_4``,
 as MLflow refuses ``@`` in names) at each evaluation, per-step training statistics
 (``train/*``, ``rollout/*``, ``mismatch/*``, ``ais/*``, ``time/*``) in batches at each
-evaluation. Checkpoints that break the trial's record are logged under ``records/`` and tagged.
+evaluation. A checkpoint that breaks the trial's record is a logged model of its run (the Hugging Face
+folder: :func:`log_record_model`); a finished sweep's frontier winners are versions of one registered
+model per sweep (:func:`register_frontier`).
+
+The experiment is a training experiment (:data:`TRAINING_KIND`); MLflow 3.17's UI still opens every
+experiment on its GenAI pages unless the browser asked for model training, so the UI's address is
+:func:`experiment_url`, which asks for it.
 
 Runs are found again by their tags, so a resumed sweep continues its runs instead of
 creating new ones, and a trial's logger starts after the last step already in MLflow (the
@@ -28,11 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from mlflow.entities import Metric, Param
+from mlflow.entities import LoggedModelOutput, LoggedModelStatus, Metric, Param
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from isosweep.spec.trial import entropy_coef, kl_coef, learning_rate, steps
+from isosweep.spec.yamlio import flatten
 from isosweep.track.curves import COUNTS_ARTIFACT, COUNTS_KEY, EVAL_SET_KEY, SAMPLES_KEY, Curve, SweepData
 from isosweep.track.server import EXPERIMENT
 
@@ -41,6 +48,10 @@ os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one ba
 SWEEP_TAG = "isosweep.sweep_id"
 TRIAL_TAG = "isosweep.trial"
 BATCH = 1000  # MLflow's log_batch takes at most 1000 metrics per call
+KIND_TAG = "mlflow.experimentKind"
+TRAINING_KIND = "custom_model_development"
+"""The experiment kind MLflow's UI calls "Machine learning" (its other kind is ``genai_development``): the
+value its experiment-kind selector writes to the :data:`KIND_TAG` tag (mlflow/server/js, ``ExperimentKind``)."""
 RECORD_FILES = ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json",
                 "tokenizer_config.json", "special_tokens_map.json")
 """What a record checkpoint logs to MLflow: the model and tokenizer, not the optimizer state (a sharded
@@ -72,13 +83,25 @@ def client(uri: str) -> MlflowClient:
 
 
 def experiment_id(mlflow_client) -> str:
+    """The id of :data:`EXPERIMENT`, created as a training experiment (:data:`TRAINING_KIND`) if it does not
+    exist; one created before (without a kind, or marked GenAI) is marked a training experiment."""
     found = mlflow_client.get_experiment_by_name(EXPERIMENT)
-    if found is not None:
-        return found.experiment_id
-    try:
-        return mlflow_client.create_experiment(EXPERIMENT)
-    except Exception:  # created concurrently by another trial
-        return mlflow_client.get_experiment_by_name(EXPERIMENT).experiment_id
+    if found is None:
+        try:
+            return mlflow_client.create_experiment(EXPERIMENT, tags={KIND_TAG: TRAINING_KIND})
+        except MlflowException:  # created concurrently by another trial
+            found = mlflow_client.get_experiment_by_name(EXPERIMENT)
+    kind = found.tags.get(KIND_TAG, "")
+    if not kind or kind.startswith("genai"):  # another training kind (finetuning, ...) someone chose is left
+        mlflow_client.set_experiment_tag(found.experiment_id, KIND_TAG, TRAINING_KIND)
+    return found.experiment_id
+
+
+def experiment_url(uri: str, mlflow_client) -> str:
+    """The experiment's page in MLflow's UI, on its runs table: MLflow 3.17's UI shows an experiment's GenAI
+    pages (traces) whatever its kind unless the browser chose "Model training" (its sidebar switch, kept per
+    browser) or the address asks for it with ``workflowType=machine_learning``."""
+    return f"{uri.rstrip('/')}/#/experiments/{experiment_id(mlflow_client)}/runs?workflowType=machine_learning"
 
 
 def _find(mlflow_client, filter_string: str):
@@ -105,17 +128,6 @@ def finished_grid_sweeps(mlflow_client) -> list:
 def find_child(mlflow_client, sweep_id: str, key: str):
     """The child run of trial ``key`` in sweep ``sweep_id``, or None."""
     return _find(mlflow_client, f"tags.`{SWEEP_TAG}` = '{sweep_id}' and tags.`{TRIAL_TAG}` = '{key}'")
-
-
-def flatten(data: dict, prefix: str = "") -> dict[str, str]:
-    """``{"a": {"b": 1}}`` -> ``{"a.b": "1"}`` (MLflow params are flat strings)."""
-    flat: dict[str, str] = {}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = json.dumps(value) if isinstance(value, (list, tuple)) else str(value)
-    return flat
 
 
 def open_parent(mlflow_client, sweep, out) -> str:
@@ -286,17 +298,17 @@ class TrialLogger:
         self.client.log_text(self.run_id, json.dumps(counts_table(self.trial.records(), up_to)), COUNTS_ARTIFACT)
 
     def _log_record_checkpoint(self, record: dict) -> None:
-        folder = self.trial.checkpoint_at(record["step"])
-        path = f"records/rollouts-{int(record['rollouts']):09d}"
-        files = record_files(folder)
+        """``record``'s checkpoint as a logged model of the run (:func:`log_record_model`), named in the run's
+        tags: ``isosweep.record_checkpoint`` (its ``models:/`` URI) and ``isosweep.records`` (the rollouts of
+        every record logged)."""
+        files = record_files(self.trial.checkpoint_at(record["step"]))
         if not files:
             return  # no checkpoint at this step (it was replaced before we got to it)
-        for file in files:
-            self.client.log_artifact(self.run_id, str(file), artifact_path=path)
-        self.client.set_tag(self.run_id, "isosweep.record_checkpoint", path)
-        tags = self.client.get_run(self.run_id).data.tags
-        previous = tags.get("isosweep.records", "")
-        self.client.set_tag(self.run_id, "isosweep.records", ",".join(filter(None, [previous, str(record["rollouts"])])))
+        model_id = log_record_model(self.client, self.run_id, files, record, self.metric)
+        self.client.set_tag(self.run_id, "isosweep.record_checkpoint", f"models:/{model_id}")
+        logged = [r for r in self.client.get_run(self.run_id).data.tags.get("isosweep.records", "").split(",") if r]
+        if str(int(record["rollouts"])) not in logged:
+            self.client.set_tag(self.run_id, "isosweep.records", ",".join([*logged, str(int(record["rollouts"]))]))
 
     def finish(self, status: str, reason: str | None = None) -> None:
         """Mark the run ended (after catching it up if it is behind); an MLflow that does not answer leaves the
@@ -306,6 +318,43 @@ class TrialLogger:
         if reason:
             self._tolerant(self.client.set_tag, self.run_id, "isosweep.error", reason[:5000])
         self._tolerant(self.client.set_terminated, self.run_id, status=status)
+
+
+def log_record_model(mlflow_client, run_id: str, files: list[Path], record: dict, metric: str) -> str:
+    """A record checkpoint (``files``: :func:`record_files` of its folder) as an MLflow logged model of the
+    trial's run ``run_id``; returns its model id.
+
+    The model holds the Hugging Face folder as ``save_pretrained`` wrote it (every shard and the index of a
+    sharded model), no MLflow flavour: with ``MLFLOW_TRACKING_URI`` set to the server (MLflow resolves
+    ``models:/`` URIs there, whatever ``tracking_uri`` is passed), load it with ``path =
+    mlflow.artifacts.download_artifacts("models:/<model id>")`` then
+    ``AutoModelForCausalLM.from_pretrained(path)`` (``AutoTokenizer`` likewise). It is named
+    ``<trial>-rollouts-NNNNNNNNN``, tagged with the sweep, trial, config, rollouts, step and the record's
+    ``metric`` value, and is an output of the run at step = rollouts (MLflow's run page lists it).
+
+    A record is logged once: one already READY is found again by its run and rollouts and returned; one left
+    PENDING (an upload cut off by an outage or a crash) has its files uploaded again and is finalized."""
+    run = mlflow_client.get_run(run_id)
+    rollouts = int(record["rollouts"])
+    found = mlflow_client.search_logged_models(
+        [run.info.experiment_id], max_results=1,
+        filter_string=f"source_run_id = '{run_id}' AND tags.`isosweep.rollouts` = '{rollouts}'")
+    if found and found[0].status == LoggedModelStatus.READY:
+        return found[0].model_id
+    tags = run.data.tags
+    model = found[0] if found else mlflow_client.create_logged_model(
+        run.info.experiment_id, name=f"{tags.get(TRIAL_TAG, 'trial')}-rollouts-{rollouts:09d}", source_run_id=run_id,
+        params={k: v for k, v in run.data.params.items() if k in ("n", "Bp", "derived.M", "seed")},
+        tags={SWEEP_TAG: tags.get(SWEEP_TAG, ""), TRIAL_TAG: tags.get(TRIAL_TAG, ""),
+              "isosweep.config": tags.get("isosweep.config", ""), "isosweep.kind": "record",
+              "isosweep.rollouts": str(rollouts), "isosweep.step": str(int(record["step"])),
+              "isosweep.metric": metric, "isosweep.value": repr(float(record[metric]))})
+    if model.model_id not in {o.model_id for o in (run.outputs.model_outputs if run.outputs else [])}:
+        mlflow_client.log_outputs(run_id, [LoggedModelOutput(model.model_id, step=rollouts)])
+    for file in files:
+        mlflow_client.log_model_artifact(model.model_id, str(file))
+    mlflow_client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
+    return model.model_id
 
 
 def settle_finished(mlflow_client, uri: str, sweep_id: str, key: str, trial, k: int, log=print) -> None:
@@ -442,6 +491,105 @@ def log_frontier(mlflow_client, run_id: str, analysis) -> None:
         last = primary.rows[-1]
         mlflow_client.set_tag(run_id, "isosweep.best_config_at_budget",
                               f"tie: {last['config']} ~ {last['runner_up']}" if last.get("tie") else last["config"])
+
+
+def registered_model_name(sweep_id: str) -> str:
+    """The registered model holding a sweep's frontier winners."""
+    return f"isosweep-{sweep_id}"
+
+
+def sweep_records(mlflow_client, sweep_id: str) -> list[dict]:
+    """Every READY record checkpoint (:func:`log_record_model`) of the sweep's trials, as dicts: ``model_id``,
+    ``run_id``, ``trial``, ``config``, ``rollouts``, ``metric``, ``value``."""
+    found, token, experiment = [], None, experiment_id(mlflow_client)
+    while True:
+        page = mlflow_client.search_logged_models(
+            [experiment], page_token=token, max_results=1000,
+            filter_string=f"tags.`{SWEEP_TAG}` = '{sweep_id}' AND tags.`isosweep.kind` = 'record'")
+        found += [m for m in page if m.status == LoggedModelStatus.READY]
+        token = page.token
+        if not token:
+            break
+    return [{"model_id": m.model_id, "run_id": m.source_run_id, "trial": m.tags[TRIAL_TAG],
+             "config": m.tags["isosweep.config"], "rollouts": int(m.tags["isosweep.rollouts"]),
+             "metric": m.tags["isosweep.metric"], "value": float(m.tags["isosweep.value"])} for m in found]
+
+
+def frontier_checkpoint(records: list[dict], config: str, C: float) -> dict | None:
+    """The record checkpoint that stands for the frontier's winner ``config`` at compute ``C`` (rollouts):
+    of the config's records (:func:`sweep_records`, every seed) at rollouts <= C, the one of highest value
+    (the earliest of equals); None if the config logged none by C.
+
+    Why this one: the frontier's value at C is a fitted seed mean, which no single checkpoint produced. What
+    that fit stands on is each seed's running best at C, and a trial's running best at C is its last record
+    at or below C (a record is logged each time the running best improves). The best of those is the best
+    model the winning config had actually produced within C rollouts: the one to take at C. (Records are
+    broken on the trials' mean@k: for a frontier of best@k or worst@k this is still the best mean@k record.)"""
+    mine = sorted((r for r in records if r["config"] == config and r["rollouts"] <= C),
+                  key=lambda r: (r["rollouts"], r["trial"]))
+    return max(mine, key=lambda r: r["value"], default=None)  # max() keeps the first of equals
+
+
+def register_frontier(mlflow_client, sweep_id: str, analysis) -> list[dict]:
+    """Each winner of the primary metric's frontier (``analysis``: an :class:`isosweep.report.analysis.Analysis`)
+    as a version of the sweep's registered model (:func:`registered_model_name`): for each row with a winner,
+    its :func:`frontier_checkpoint` at that C, tagged with C, config, metric, the frontier's value (and
+    P(best), a tie), the trial, rollouts and the checkpoint's own value, and aliased ``c<C>`` (``budget`` too
+    for the table's last row, C = the budget). So the best model at C is
+    ``mlflow.artifacts.download_artifacts("models:/isosweep-<sweep id>@c<C>")`` (see :func:`log_record_model`
+    for loading it).
+
+    Run again (``isosweep frontier``, ``make report``) it adds no version: a C whose checkpoint is already
+    registered keeps its version (a C whose pick changed gets a new one, and its alias moves to it). Returns
+    one dict per registered row: ``C``, ``config``, ``version``, ``model_id``, ``trial``, ``rollouts``,
+    ``aliases``, ``new`` (False if it was there); rows without a winner (no identified fit) or without a
+    checkpoint (a sweep logged before records were models) are left out, and nothing at all is registered
+    for a sweep with none."""
+    name, metric = registered_model_name(sweep_id), f"eval/{analysis.primary}"
+    records = sweep_records(mlflow_client, sweep_id)
+    table = analysis.metrics[analysis.primary].rows
+    rows = [row for row in table if row["config"]]
+    picks = [(row, frontier_checkpoint(records, row["config"], row["C"])) for row in rows]
+    picks = [(row, pick) for row, pick in picks if pick is not None]
+    if not picks:
+        return []
+    try:
+        mlflow_client.create_registered_model(
+            name, tags={SWEEP_TAG: sweep_id, "isosweep.metric": metric},
+            description=f"The frontier winners of sweep {sweep_id}: one version per compute C of its frontier table "
+                        f"(tag isosweep.C, alias c<C>; `budget` for the largest C), best {metric} checkpoint of the "
+                        "winning config within C rollouts.")
+    except MlflowException as err:
+        if err.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+    # a version's source is the logged model's URI (its model_id field does not come back from the server)
+    have = {(v.tags.get("isosweep.C"), v.source): v.version
+            for v in mlflow_client.search_model_versions(f"name = '{name}'", max_results=10_000)}
+    done = []
+    for row, pick in picks:
+        C = f"{row['C']:.0f}"
+        source = f"models:/{pick['model_id']}"
+        version = have.get((C, source))
+        if version is None:
+            tags = {"isosweep.C": C, "isosweep.config": row["config"], "isosweep.metric": metric,
+                    "isosweep.value": f"{row['value']:.4f}", "isosweep.trial": pick["trial"],
+                    "isosweep.rollouts": str(pick["rollouts"]), "isosweep.record_value": f"{pick['value']:.4f}"}
+            if not math.isnan(row.get("p_best", math.nan)):
+                tags["isosweep.p_best"] = f"{row['p_best']:.2f}"
+            if row.get("tie"):
+                tags["isosweep.tie"] = row["runner_up"]
+            version = mlflow_client.create_model_version(
+                name, source, run_id=pick["run_id"], model_id=pick["model_id"], tags=tags, await_creation_for=0,
+                description=f"Best of sweep {sweep_id} at C = {row['C']:,.0f} rollouts: {row['config']} "
+                            f"({metric} {row['value']:.4f} on the frontier); checkpoint of trial {pick['trial']} "
+                            f"at {pick['rollouts']:,} rollouts ({pick['metric']} {pick['value']:.4f}).").version
+        aliases = [f"c{C}", *(["budget"] if row is table[-1] else [])]
+        for alias in aliases:
+            mlflow_client.set_registered_model_alias(name, alias, version)
+        done.append({"C": row["C"], "config": row["config"], "version": str(version), "model_id": pick["model_id"],
+                     "trial": pick["trial"], "rollouts": pick["rollouts"], "aliases": aliases,
+                     "new": (C, source) not in have})
+    return done
 
 
 # ------------------------------------------------------------------------------- HPO studies
