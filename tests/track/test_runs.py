@@ -376,3 +376,16 @@ def test_a_sweep_without_record_models_registers_nothing(mlflow_server, tmp_path
     assert runs.register_frontier(client, sweep.sweep_id, analysis) == []
     name = runs.registered_model_name(sweep.sweep_id)
     assert client.search_registered_models(f"name = '{name}'") == []
+
+
+def test_more_metrics_than_one_request_holds_are_logged_whole(mlflow_server):
+    """2,500 step metrics in one log_metrics call: MLflow's client splits them into requests of 1,000."""
+    from mlflow.entities import Metric
+
+    uri, _ = mlflow_server
+    client = runs.client(uri)
+    run = client.create_run(runs.experiment_id(client), run_name="many-metrics")
+    runs.log_metrics(client, run.info.run_id, [Metric("train/reward", i / 2500, 0, i) for i in range(2500)])
+    history = client.get_metric_history(run.info.run_id, "train/reward")
+    assert sorted(m.step for m in history) == list(range(2500))
+    client.delete_run(run.info.run_id)

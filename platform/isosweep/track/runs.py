@@ -47,7 +47,6 @@ os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one ba
 
 SWEEP_TAG = "isosweep.sweep_id"
 TRIAL_TAG = "isosweep.trial"
-BATCH = 1000  # MLflow's log_batch takes at most 1000 metrics per call
 KIND_TAG = "mlflow.experimentKind"
 TRAINING_KIND = "custom_model_development"
 """The experiment kind MLflow's UI calls "Machine learning" (its other kind is ``genai_development``): the
@@ -457,9 +456,9 @@ def read_sweep(mlflow_client, parent) -> SweepData:
 
 
 def log_metrics(mlflow_client, run_id: str, metrics: list[Metric]) -> None:
-    """Log ``metrics`` in batches of at most :data:`BATCH` (MLflow's limit per call)."""
-    for i in range(0, len(metrics), BATCH):
-        mlflow_client.log_batch(run_id, metrics=metrics[i:i + BATCH])
+    """Log ``metrics`` in one ``log_batch`` call (MLflow's client splits it into requests of at most 1,000)."""
+    if metrics:
+        mlflow_client.log_batch(run_id, metrics=metrics)
 
 
 def log_frontier(mlflow_client, run_id: str, analysis) -> None:
