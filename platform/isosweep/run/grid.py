@@ -204,7 +204,7 @@ def pool_dashboards(client, parents: list, dashboards: str | Path, log: Callable
     budget, grid, task, model and method; :func:`isosweep.report.planner.pool_groups`) analysed as one: the
     frontier of all their trials into the folder of the part with the lowest seed, which names the parts in
     ``fits.json`` (``pooled_from``) so the study report counts them once. Returns the folders written."""
-    data = {runs.read_sweep(client, parent).sweep_id: (parent, runs.read_sweep(client, parent)) for parent in parents}
+    data = {parent.data.tags[runs.SWEEP_TAG]: (parent, runs.read_sweep(client, parent)) for parent in parents}
     written = []
     for group in P.pool_groups([d for _, d in data.values()]):
         home, _ = data[group[0].sweep_id]
