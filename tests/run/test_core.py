@@ -122,3 +122,25 @@ def test_a_band_too_small_for_bp_is_refused_before_any_folder_run_or_ray_job(tmp
     assert "at least Bp = 256 train problems" in err
     assert not (tmp_path / "runs").exists()
     assert "ray" not in sys.modules or not __import__("ray").is_initialized()
+
+
+@pytest.mark.parametrize(("cluster", "cpu", "gpu"), [("aws-h200.yaml", 8 * 192, 8 * 8), ("gcp-h200.yaml", None, None)])
+def test_an_autoscaling_cluster_is_sized_at_its_full_size_not_by_what_is_up(cluster, cpu, gpu, tmp_path):
+    """A `ray up` cluster starts with no GPU worker: its size for the sweep's concurrency is every node type at its
+    max_workers, read from the autoscaler config the head keeps (here the cluster YAML itself, which ray up copies)."""
+    import yaml
+
+    from isosweep.run.core import autoscaler_capacity
+
+    config = yaml.safe_load((ROOT / "clusters" / cluster).read_text())
+    capacity = autoscaler_capacity(ROOT / "clusters" / cluster)
+    workers = {name: node for name, node in config["available_node_types"].items() if name != config["head_node_type"]}
+    expected_gpu = sum(n["resources"].get("GPU", 0) * min(n["max_workers"], config["max_workers"]) for n in workers.values())
+    assert capacity["GPU"] == expected_gpu > 0
+    if gpu is not None:
+        assert (capacity["CPU"], capacity["GPU"]) == (cpu, gpu)
+    cfgs = [p.cfg for p in load_sweep(ROOT / "sweeps" / "qwen25-gsm8k-h200.yaml").trials]
+    assert max_concurrency(cfgs, capacity, "qwen25") >= 1  # where the nodes that are up (none) would refuse it
+    with pytest.raises(ConfigError, match="has 0 CPU and 0 GPU"):
+        max_concurrency(cfgs, {"CPU": 0.0, "GPU": 0.0}, "qwen25")
+    assert autoscaler_capacity(tmp_path / "none.yaml") == {}  # a local Ray or a fixed cluster: nothing to add

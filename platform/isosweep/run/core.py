@@ -172,13 +172,43 @@ def max_concurrency(cfgs: list[TrialConfig], cluster: dict[str, float], source: 
     return min(concurrency, len(cfgs) if limit is None else limit)
 
 
+BOOTSTRAP_CONFIG = Path.home() / "ray_bootstrap_config.yaml"
+"""Where ``ray up`` leaves the cluster's autoscaler config on the head node (the driver of a submitted sweep)."""
+
+
+def autoscaler_capacity(path: Path = BOOTSTRAP_CONFIG) -> dict[str, float]:
+    """The resources an autoscaling cluster reaches with every node type at its ``max_workers`` (capped by the
+    cluster's ``max_workers``), from its autoscaler config; empty where there is none (a local Ray, a
+    fixed cluster). ``ray up`` clusters start with no GPU workers (``min_workers: 0``): sized by what is up
+    when it starts, a sweep would find no room for one trial, where the autoscaler would have added nodes."""
+    import yaml  # reason: only on a cluster's head
+
+    try:
+        config = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    total: dict[str, float] = {}
+    cap = config.get("max_workers")
+    for name, node in (config.get("available_node_types") or {}).items():
+        count = 1 if name == config.get("head_node_type") else node.get("max_workers", 0)
+        count = min(count, cap) if cap is not None and name != config.get("head_node_type") else count
+        for kind, amount in (node.get("resources") or {}).items():
+            total[kind] = total.get(kind, 0.0) + float(amount) * count
+    return total
+
+
 @contextmanager
 def ray_session(address: str | None) -> Iterator[dict[str, float]]:
     """Ray for the length of a study: joins ``address`` or starts a local Ray (shut down at the end,
-    if this call started it); yields the cluster's resources."""
+    if this call started it); yields the cluster's resources -- on an autoscaling cluster, what it reaches
+    at full size (:func:`autoscaler_capacity`): trials wait for the nodes the autoscaler adds for them."""
     started = ray_init(address, log_to_driver=False)
     try:
-        yield ray.cluster_resources()
+        resources = dict(ray.cluster_resources())
+        if address is not None:
+            for kind, amount in autoscaler_capacity().items():
+                resources[kind] = max(resources.get(kind, 0.0), amount)
+        yield resources
     finally:
         if started:
             ray.shutdown()
