@@ -389,3 +389,21 @@ def test_more_metrics_than_one_request_holds_are_logged_whole(mlflow_server):
     history = client.get_metric_history(run.info.run_id, "train/reward")
     assert sorted(m.step for m in history) == list(range(2500))
     client.delete_run(run.info.run_id)
+
+
+def test_a_child_run_left_without_its_params_gets_them_when_the_trial_resumes(mlflow_server, tmp_path):
+    """A crash between creating a trial's run and logging its params leaves a run with tags only: the
+    resumed trial finds it (no second run) and logs the params it lacks."""
+    uri, _ = mlflow_server
+    sweep = own_smoke(tmp_path)
+    client = runs.client(uri)
+    parent = runs.open_parent(client, sweep, tmp_path)
+    point = sweep.trials[0]
+    bare = client.create_run(runs.experiment_id(client), run_name=point.key, tags={
+        "mlflow.parentRunId": parent, runs.SWEEP_TAG: sweep.sweep_id, runs.TRIAL_TAG: point.key,
+        "isosweep.kind": "trial", "isosweep.config": point.config_key})
+    assert client.get_run(bare.info.run_id).data.params == {}
+    assert runs.open_child(client, parent, sweep.sweep_id, point.key, point.cfg, point.config_key) == bare.info.run_id
+    params = client.get_run(bare.info.run_id).data.params
+    assert params["Bp"] == str(point.cfg.Bp) and params["derived.M"] == "62" and len(params) > 40
+    assert runs.open_child(client, parent, sweep.sweep_id, point.key, point.cfg, point.config_key) == bare.info.run_id

@@ -152,23 +152,25 @@ def open_study_parent(mlflow_client, sweep_id: str, tags: dict[str, str], params
 
 
 def _log_params(mlflow_client, run_id: str, params: dict) -> None:
-    items = [Param(k, str(v)[:6000]) for k, v in params.items()]
-    for i in range(0, len(items), 100):
-        mlflow_client.log_batch(run_id, params=items[i:i + 100])
+    """One ``log_batch`` call (MLflow's client splits it into requests of at most 100 params)."""
+    if params:
+        mlflow_client.log_batch(run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
 
 
 def open_child(mlflow_client, parent_id: str, sweep_id: str, key: str, cfg, config_key: str) -> str:
-    """Find or create a trial's child run (params = the full trial config); returns its run id."""
+    """Find or create a trial's child run (params = the full trial config); returns its run id. A run found
+    without all its params (a crash between creating it and logging them) gets the missing ones."""
+    params = {**flatten(cfg.model_dump(mode="json")), "derived.M": steps(cfg), "derived.lr": learning_rate(cfg),
+              "derived.kl_coef": kl_coef(cfg), "derived.entropy_coef": entropy_coef(cfg)}
     found = find_child(mlflow_client, sweep_id, key)
     if found is not None:
         mlflow_client.update_run(found.info.run_id, status="RUNNING")
+        _log_params(mlflow_client, found.info.run_id, {k: v for k, v in params.items() if k not in found.data.params})
         return found.info.run_id
     tags = {"mlflow.parentRunId": parent_id, SWEEP_TAG: sweep_id, TRIAL_TAG: key, "isosweep.kind": "trial",
             "isosweep.config": config_key, "isosweep.difficulty": cfg.task.difficulty,
             "mlflow.runName": key}
     run = mlflow_client.create_run(experiment_id(mlflow_client), tags=tags, run_name=key)
-    params = {**flatten(cfg.model_dump(mode="json")), "derived.M": steps(cfg), "derived.lr": learning_rate(cfg),
-              "derived.kl_coef": kl_coef(cfg), "derived.entropy_coef": entropy_coef(cfg)}
     _log_params(mlflow_client, run.info.run_id, params)
     return run.info.run_id
 
