@@ -198,6 +198,7 @@ class TrialLogger:
         self.behind = False
         """MLflow missed a call: the files hold what it lacks; the next :meth:`log` catches it up first."""
         self.eval_logged, self.best, self.steps_logged = -1, float("-inf"), 0
+        self.evals_logged: set[int] = set()
         self._tolerant(self.refresh)
 
     def _tolerant(self, call, *args, **kwargs) -> bool:
@@ -217,7 +218,8 @@ class TrialLogger:
     def refresh(self) -> None:
         """Read what the run already holds (another process may have logged since)."""
         history = self.client.get_metric_history(self.run_id, mlflow_name(self.metric))
-        self.eval_logged = max((m.step for m in history), default=-1)
+        self.evals_logged = {m.step for m in history}
+        self.eval_logged = max(self.evals_logged, default=-1)
         self.best = max((m.value for m in history), default=float("-inf"))
         steps = self.client.get_metric_history(self.run_id, "train/reward")
         self.steps_logged = max((m.step for m in steps), default=0)
@@ -229,7 +231,9 @@ class TrialLogger:
         self.behind = False
         if not self._tolerant(self.refresh):
             return -1
-        missing = [r for r in self.trial.records() if r["rollouts"] > self.eval_logged]
+        # every record the run lacks, not only those after its last: a crash between a checkpoint and its record's
+        # append puts the record back in the files on resume, after later ones were logged
+        missing = [r for r in self.trial.records() if r["rollouts"] not in self.evals_logged]
         for record in missing:
             self.log(record)
             if self.behind:
@@ -249,7 +253,7 @@ class TrialLogger:
         self._tolerant(self._log, record, checkpoint)
 
     def _log(self, record: dict, checkpoint: bool) -> None:
-        if record["rollouts"] <= self.eval_logged:
+        if record["rollouts"] in self.evals_logged:
             return
         now = int(time.time() * 1000)
         step = int(record["rollouts"])
@@ -265,9 +269,10 @@ class TrialLogger:
         metrics.append(Metric("tokens", float(record["tokens"]), now, step))
         log_metrics(self.client, self.run_id, metrics)
         if COUNTS_KEY in record:
-            self._log_counts(step)
+            self._log_counts(max(step, self.eval_logged))
         self.steps_logged = max(self.steps_logged, step)
-        self.eval_logged = step
+        self.evals_logged.add(step)
+        self.eval_logged = max(self.eval_logged, step)
         value = record[self.metric]
         if value > self.best:
             self.best = value

@@ -23,6 +23,7 @@ import errno
 import json
 import os
 import shutil
+import signal
 import time
 from pathlib import Path
 
@@ -36,6 +37,29 @@ scheduler): the loop ends before its next step, and its Ray Train job with it.""
 STOPPED_FILE = "STOPPED"
 """Written by the loop when it has seen ``STOP`` and ended: the step it stopped at."""
 LOG_FILE = "trial.log"
+
+KILL_AT = "ISOSWEEP_KILL_AT"
+"""Fault injection for tests: ``ISOSWEEP_KILL_AT=<point>[:<n>]`` kills the trial process (SIGKILL) the n-th time
+(default: the first) it reaches ``<point>``, one of :data:`KILL_POINTS`. Read only by :func:`kill_point`."""
+KILL_POINTS = ("checkpoint-written", "checkpoint-committed", "record-appended")
+"""Where a crash can land between two writes of an evaluation: inside the temporary checkpoint folder, all
+written, not yet renamed; after the rename, before the eval record is appended to ``metrics.jsonl``; after
+the append, before the record is logged to MLflow."""
+_reached: dict[str, int] = {}
+
+
+def kill_point(name: str) -> None:
+    """SIGKILL this process if ``$ISOSWEEP_KILL_AT`` names ``name`` (see :data:`KILL_AT`); otherwise nothing."""
+    wanted = os.environ.get(KILL_AT)
+    if not wanted:
+        return
+    point, _, nth = wanted.partition(":")
+    if point not in KILL_POINTS:
+        raise ValueError(f"{KILL_AT}={wanted!r}: no such kill point; allowed: {', '.join(KILL_POINTS)} (optionally :n)")
+    if point == name:
+        _reached[name] = _reached.get(name, 0) + 1
+        if _reached[name] == int(nth or 1):
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def atomic_write(path: Path, text: str) -> None:

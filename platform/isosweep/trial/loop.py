@@ -70,7 +70,7 @@ from isosweep.spec.trial import (
 from isosweep.spec.yamlio import ConfigError
 from isosweep.tasks import Problem, Task
 from isosweep.track.curves import COUNTS_KEY, EVAL_SET_KEY, SAMPLES_KEY
-from isosweep.trial.files import TrialDir, disk_full, out_of_space
+from isosweep.trial.files import TrialDir, disk_full, kill_point, out_of_space
 from isosweep.trial.learner import gathered_state_dict, init_distributed, load_state, make_learner, save_state
 
 PROBE_POOL, PROBE_SAMPLES = 1024, 8
@@ -281,7 +281,9 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
                 best = max(best, record[f"eval/mean@{cfg.eval.k}"])
                 save_checkpoint(trial, learner, tokenizer, record, is_best, rank, world)
                 if rank == 0:
+                    kill_point("checkpoint-committed")
                     trial.append_record(record)
+                    kill_point("record-appended")
                     records.append(record)
                     log(f"[trial] step {step}/{total_steps} rollouts {record['rollouts']} "
                         f"mean@{cfg.eval.k} {record[f'eval/mean@{cfg.eval.k}']:.3f} "
@@ -440,6 +442,7 @@ def save_checkpoint(trial: TrialDir, learner, tokenizer, record: dict | None, is
         dist.barrier()
     final = trial.checkpoint_at(step)
     if rank == 0:
+        kill_point("checkpoint-written")
         trial.commit_checkpoint(step, is_best)
     if world > 1:
         dist.barrier()
