@@ -263,3 +263,34 @@ def test_a_browser_lands_on_the_runs_and_finds_the_frontier_plot_and_the_registr
         browser.save_screenshot(str(shots / "last.png"))
         browser.quit()
         keep_screenshots(shots)
+
+
+def test_the_parts_of_a_study_run_seed_by_seed_are_pooled_into_the_first_parts_folder(tmp_path):
+    """Two sweeps of one design (seeds 0-1 and 2-3) and one of another budget, as `make report` reads them:
+    one pooled analysis in the folder of the part with the lowest seed, naming both parts; the other alone."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from isosweep.experiments.stats_validation import BUDGET, SYNTHETIC_PARAMS, TRUTH, synthetic_sweep
+    from isosweep.run.grid import pool_dashboards
+
+    def part(sweep_id: str, name: str, first_seed: int, budget: int = BUDGET, rng: int = 0):
+        curves, _ = synthetic_sweep(TRUTH, np.random.default_rng(rng))
+        for c in curves:
+            c.fields["seed"] += first_seed
+            c.key = f"{c.config}-s{c.fields['seed']}"
+        params = {"spec.name": name, "spec.frontier.points": "4", "spec.frontier.bootstrap": "5"}
+        parent = SimpleNamespace(data=SimpleNamespace(params=params, tags={
+            runs.SWEEP_TAG: sweep_id, "isosweep.study": "isocompute", "isosweep.metric": "eval/mean@4",
+            "isosweep.difficulty": "easy"}))
+        return parent, SweepData(sweep_id, budget, dict(SYNTHETIC_PARAMS), {"spec.study": "isocompute"}, curves)
+
+    read = {"later-b": part("later-b", "study-seeds23", 2, rng=1), "first-a": part("first-a", "study", 0, rng=2),
+            "other-c": part("other-c", "other", 0, budget=BUDGET // 2, rng=3)}
+    lines = []
+    assert pool_dashboards(read, tmp_path, lines.append) == [tmp_path / "study"]
+    fits = json.loads((tmp_path / "study" / "fits.json").read_text())
+    assert fits["pooled_from"] == ["first-a", "later-b"] and fits["title"] == "first-a"
+    assert fits["seeds"] == [0, 1, 2, 3] and fits["trials"] == 2 * len(read["first-a"][1].curves)
+    assert "sweeps first-a, later-b pooled" in lines[0] and not (tmp_path / "other").exists()

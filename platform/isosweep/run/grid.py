@@ -36,7 +36,7 @@ from isosweep.spec.grid import Sweep
 from isosweep.spec.trial import steps
 from isosweep.spec.yamlio import ConfigError
 from isosweep.track import runs
-from isosweep.track.curves import CURVES_FILE
+from isosweep.track.curves import CURVES_FILE, SweepData
 
 
 class GridProgress:
@@ -131,7 +131,7 @@ def _run_locked(sweep: Sweep, sweep_out: Path, uri: str, dashboards: str | Path 
 
 def frontier_report(uri: str, sweep_id: str, out: str | Path | None, dashboards: str | Path | None = None,
                     log: Callable[[str], None] = say, prefix: bool = False,
-                    runs_root: str | Path = "runs/sweeps") -> Analysis:
+                    runs_root: str | Path = "runs/sweeps", data: SweepData | None = None) -> Analysis:
     """The frontier analysis of a sweep from its MLflow runs alone: fit, print, write, log to the parent run,
     register the winners' checkpoints (:func:`isosweep.track.runs.register_frontier`).
 
@@ -149,7 +149,7 @@ def frontier_report(uri: str, sweep_id: str, out: str | Path | None, dashboards:
                           f"artifact hpo/trials.txt of parent run {parent.info.run_id} (and runs/sweeps/{sweep_id}/hpo/)")
     out = Path(runs_root) / sweep_id / "frontier" if out is None else Path(out)
     metric = tags["isosweep.metric"]
-    data = runs.read_sweep(client, parent)
+    data = data or runs.read_sweep(client, parent)  # the caller may have read it already
     curves = data.curves
     analysis = analyse(curves, title=sweep_id, study=tags["isosweep.study"], budget=int(params["sweep.budget"]),
                        primary=metric.split("/")[1], points=int(params["spec.frontier.points"]),
@@ -186,28 +186,30 @@ def refresh_dashboards(uri: str, dashboards: str | Path, log: Callable[[str], No
     newest: dict[str, object] = {}
     for parent in runs.finished_grid_sweeps(client):
         newest.setdefault(parent.data.params.get("spec.name", parent.data.tags[runs.SWEEP_TAG]), parent)
-    written = []
+    written, read = [], {}
     for name, parent in sorted(newest.items()):
         sweep_id = parent.data.tags[runs.SWEEP_TAG]
         try:
-            frontier_report(uri, sweep_id, Path(dashboards) / name, log=lambda _: None)
+            data = runs.read_sweep(client, parent)
+            frontier_report(uri, sweep_id, Path(dashboards) / name, log=lambda _: None, data=data)
         except (ValueError, KeyError, RuntimeError, ConfigError) as e:  # one unreadable sweep does not block the rest
             log(f"[report] {name}: sweep {sweep_id} skipped, its folder left as it was ({type(e).__name__}: {e})")
             continue
         log(f"[report] {name}: sweep {sweep_id} redone from MLflow into {Path(dashboards) / name}")
         written.append(Path(dashboards) / name)
-    return written + pool_dashboards(client, list(newest.values()), dashboards, log)
+        read[sweep_id] = (parent, data)
+    return written + pool_dashboards(read, dashboards, log)
 
 
-def pool_dashboards(client, parents: list, dashboards: str | Path, log: Callable[[str], None] = say) -> list[Path]:
+def pool_dashboards(read: dict[str, tuple], dashboards: str | Path, log: Callable[[str], None] = say) -> list[Path]:
     """Sweeps that are one study run in parts (another seed run later, as its own sweep: the same study kind,
     budget, grid, task, model and method; :func:`isosweep.report.planner.pool_groups`) analysed as one: the
     frontier of all their trials into the folder of the part with the lowest seed, which names the parts in
-    ``fits.json`` (``pooled_from``) so the study report counts them once. Returns the folders written."""
-    data = {parent.data.tags[runs.SWEEP_TAG]: (parent, runs.read_sweep(client, parent)) for parent in parents}
+    ``fits.json`` (``pooled_from``) so the study report counts them once. ``read``: sweep id -> (its parent run,
+    its :class:`SweepData`), as the caller read them. Returns the folders written."""
     written = []
-    for group in P.pool_groups([d for _, d in data.values()]):
-        home, _ = data[group[0].sweep_id]
+    for group in P.pool_groups([d for _, d in read.values()]):
+        home, _ = read[group[0].sweep_id]
         tags, params = home.data.tags, home.data.params
         folder = Path(dashboards) / params.get("spec.name", tags[runs.SWEEP_TAG])
         ids = tuple(d.sweep_id for d in group)

@@ -197,9 +197,15 @@ class TrialLogger:
         self.warn = warn
         self.behind = False
         """MLflow missed a call: the files hold what it lacks; the next :meth:`log` catches it up first."""
-        self.eval_logged, self.best, self.steps_logged = -1, float("-inf"), 0
+        self.best, self.steps_logged = float("-inf"), 0
         self.evals_logged: set[int] = set()
+        """The rollouts of every eval record the run holds."""
         self._tolerant(self.refresh)
+
+    @property
+    def eval_logged(self) -> int:
+        """The rollouts of the last eval record the run holds (-1: none)."""
+        return max(self.evals_logged, default=-1)
 
     def _tolerant(self, call, *args, **kwargs) -> bool:
         """``call`` against MLflow; if the server does not answer (after the MLflow client's own retries) the
@@ -219,7 +225,6 @@ class TrialLogger:
         """Read what the run already holds (another process may have logged since)."""
         history = self.client.get_metric_history(self.run_id, mlflow_name(self.metric))
         self.evals_logged = {m.step for m in history}
-        self.eval_logged = max(self.evals_logged, default=-1)
         self.best = max((m.value for m in history), default=float("-inf"))
         steps = self.client.get_metric_history(self.run_id, "train/reward")
         self.steps_logged = max((m.step for m in steps), default=0)
@@ -272,7 +277,6 @@ class TrialLogger:
             self._log_counts(max(step, self.eval_logged))
         self.steps_logged = max(self.steps_logged, step)
         self.evals_logged.add(step)
-        self.eval_logged = max(self.eval_logged, step)
         value = record[self.metric]
         if value > self.best:
             self.best = value
