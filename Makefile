@@ -53,7 +53,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 test: $(STAMP) browser
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=25
 
 # The browser test opens the MLflow UI in Debian's headless Chromium; it is installed here when
 # missing and this is a root shell with apt-get (CI), else the test skips and says why.

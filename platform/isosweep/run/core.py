@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import ray
+import yaml
 from ray import tune
 from ray.tune.integration.ray_train import TuneReportCallback
 
@@ -181,8 +182,6 @@ def autoscaler_capacity(path: Path = BOOTSTRAP_CONFIG) -> dict[str, float]:
     cluster's ``max_workers``), from its autoscaler config; empty where there is none (a local Ray, a
     fixed cluster). ``ray up`` clusters start with no GPU workers (``min_workers: 0``): sized by what is up
     when it starts, a sweep would find no room for one trial, where the autoscaler would have added nodes."""
-    import yaml  # reason: only on a cluster's head
-
     try:
         config = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError):
