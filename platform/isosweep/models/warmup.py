@@ -13,6 +13,7 @@ temporary directory, then renamed), so a crashed build leaves nothing half-writt
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import math
@@ -100,13 +101,18 @@ def ensure_base_model(size: str, task: str, seed: int = 0, log: Callable[[str], 
     if (target / REPORT_FILE).exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".build-"))
-    try:
-        build_base_model(size, task, seed, tmp, log)
-        os.rename(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not (target / REPORT_FILE).exists():  # unless a concurrent builder won the race
+    # One builder per model on this machine: a second process asking for it (a packed trial, a test worker)
+    # waits for the first instead of building it again; the kernel drops the lock if its holder dies.
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / REPORT_FILE).exists():
+            return target
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".build-"))
+        try:
+            build_base_model(size, task, seed, tmp, log)
+            os.rename(tmp, target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
             raise
     return target
 
