@@ -86,8 +86,8 @@ CASES = [
     Case("a dataset with a tiny base model", f"{TRIAL} task.name=sweeps/data/gsm8k-style-sample.jsonl --set task.levels=[0]",
          ("model.name 'tiny-1m' is a tiny base model", "use a real model for datasets")),
     Case("band too small for Bp", "sweep {tmp}/s.yaml --runs {tmp}/runs",
-         ("s.yaml: task.difficulty='hard' on levels [2] leaves", "allowed: at least Bp = 256 train problems"),
-         {"s.yaml": sweep_file("set: {task.difficulty: hard}\n", grid="{n: [4], Bp: [256]}").replace("2000", "2048")},
+         ("s.yaml: task.difficulty='hard' on levels [2] leaves", "allowed: at least Bp = 2048 train problems"),
+         {"s.yaml": sweep_file("set: {task.difficulty: hard}\n", grid="{n: [4], Bp: [2048]}").replace("2000", "8192")},
          {"ISOSWEEP_MLFLOW_PORT": "0"}),
     # command-line flags and budgets
     Case("budget not a number", "sweep sweeps/smoke.yaml --budget abc --dry-run", ("budget 'abc' is not a number",)),

@@ -62,7 +62,8 @@ def test_make_sweep_smoke_prints_the_frontier_and_fills_mlflow(mlflow_server, tm
     rows = [line.split() for line in table[2:2 + sweep.spec.frontier.points]]
     compute = [float(row[0].replace(",", "")) for row in rows]
     assert compute == sorted(compute) and compute[-1] == 2000  # log-spaced up to the budget
-    assert table[2 + sweep.spec.frontier.points].startswith("n*(C)")
+    # then the allocation verdict, whichever the trials gave (which n wins depends on the base model a machine built)
+    assert table[2 + sweep.spec.frontier.points].startswith(("n*(C)", "n* at the grid edge", "no saturation shown"))
 
     client = runs.client(uri)
     parent = runs.find_parent(client, sweep.sweep_id)
