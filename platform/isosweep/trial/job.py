@@ -9,6 +9,10 @@ group.
 
 A trial's state lives in its output directory (checkpoints, metrics), not in Ray: each launch
 gets a fresh Ray Train run name, and the loop resumes from the directory's latest checkpoint.
+
+Only the Train worker imports torch and the loop (transformers, DeepSpeed: seconds of imports per
+process). This module is also unpickled by the Tune trial function and the Train controller, each a
+fresh Ray worker process per trial; kept light, it costs them well under a second.
 """
 
 from __future__ import annotations
@@ -18,14 +22,11 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
-
 from isosweep.spec.profiles import get_profile, placement_bundles
 from isosweep.spec.trial import TrialConfig, resources_of
 from isosweep.track.curves import without_counts
 from isosweep.track.null import NullTracker
 from isosweep.trial.files import TrialDir
-from isosweep.trial.loop import train_loop
 
 RAY_ENV = {
     # ray.train.report costs ~2 s at the default health-check interval; 0.25 s makes it ~0.
@@ -58,6 +59,9 @@ def _worker(config: dict) -> None:
     before reporting it; with ``log_to_file`` the loop's log lines go to the trial's ``trial.log``.
     """
     import ray.train
+    import torch  # reason: only the Train worker loads torch (module docstring)
+
+    from isosweep.trial.loop import train_loop  # reason: torch, transformers, DeepSpeed (module docstring)
 
     cfg = TrialConfig.model_validate(config["cfg"])
     if config.get("threads"):
