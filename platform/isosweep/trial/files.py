@@ -45,6 +45,9 @@ KILL_POINTS = ("checkpoint-written", "checkpoint-committed", "record-appended")
 """Where a crash can land between two writes of an evaluation: inside the temporary checkpoint folder, all
 written, not yet renamed; after the rename, before the eval record is appended to ``metrics.jsonl``; after
 the append, before the record is logged to MLflow."""
+KILL_ONCE = "ISOSWEEP_KILL_ONCE"
+"""With :data:`KILL_AT`: a file path; the kill fires only in the process that creates it, so a trial process that
+is started again after the kill (a Ray Train worker group restarted in the same run) runs on."""
 _reached: dict[str, int] = {}
 
 
@@ -58,8 +61,20 @@ def kill_point(name: str) -> None:
         raise ValueError(f"{KILL_AT}={wanted!r}: no such kill point; allowed: {', '.join(KILL_POINTS)} (optionally :n)")
     if point == name:
         _reached[name] = _reached.get(name, 0) + 1
-        if _reached[name] == int(nth or 1):
+        if _reached[name] == int(nth or 1) and _first_to_fire():
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _first_to_fire() -> bool:
+    """Whether no earlier process fired the kill (see :data:`KILL_ONCE`; always true without it)."""
+    marker = os.environ.get(KILL_ONCE)
+    if not marker:
+        return True
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
 
 
 def atomic_write(path: Path, text: str) -> None:

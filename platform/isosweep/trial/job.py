@@ -81,6 +81,14 @@ def _worker(config: dict) -> None:
 
     train_loop(cfg, trial.path, log=to_file if config["log_to_file"] else print, report=report,
                run_id=config["run_id"])
+    if logger is not None:  # a record a resume restored to the files (a kill before its append) is never reported
+        logger.catch_up()
+
+
+WORKER_RESTARTS = 2
+"""How many times a trial's Ray Train job restarts its worker group after a worker (or the rollout actor rank 0
+drives) dies, in the same run: the new workers resume from the trial's latest checkpoint, repeating at most the
+steps since it (``eval.checkpoint_every``), and rank 0's MLflow logger skips what its run already holds."""
 
 
 def make_torch_trainer(cfg: TrialConfig, out: Path, tracker=None, callbacks: list | None = None,
@@ -92,7 +100,7 @@ def make_torch_trainer(cfg: TrialConfig, out: Path, tracker=None, callbacks: lis
     callbacks (a sweep passes Tune's). ``threads``: torch threads per worker (default: what Ray
     gives a worker of its CPU share, one thread on the tiny profile, so packed trials do not
     oversubscribe the cores)."""
-    from ray.train import RunConfig, ScalingConfig
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
     profile = get_profile(cfg.profile)
@@ -111,7 +119,8 @@ def make_torch_trainer(cfg: TrialConfig, out: Path, tracker=None, callbacks: lis
             placement_strategy=placement_bundles(profile, workers, cfg.rollout.actors)[1],
         ),
         torch_config=TorchConfig(backend=profile.backend),
-        run_config=RunConfig(name=f"{name}-{run_id}", storage_path=str(out / "ray"), callbacks=callbacks),
+        run_config=RunConfig(name=f"{name}-{run_id}", storage_path=str(out / "ray"), callbacks=callbacks,
+                             failure_config=FailureConfig(max_failures=WORKER_RESTARTS)),
     )
 
 

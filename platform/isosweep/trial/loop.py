@@ -34,6 +34,7 @@ import json
 import random
 import shutil
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -189,7 +190,12 @@ def make_engine(cfg: TrialConfig, model_path: str, tokenizer, rank: int, run_id:
         return VLLMEngine(model_path, cfg.rollout.max_new_tokens, cfg.rollout.temperature,
                           precision=cfg.rollout.precision, seed=cfg.seed), False
     profile = get_profile(cfg.profile)
-    names = [f"rollout-{run_id}-{i}" for i in range(cfg.rollout.actors)]
+    # A name per launch of the worker group: after a worker dies, Ray Train restarts the group in the same run,
+    # and the dead group's actors may still hold their names while Ray reclaims them.
+    launch = [uuid.uuid4().hex[:8] if rank == 0 else None]
+    if dist.get_world_size() > 1:
+        dist.broadcast_object_list(launch, src=0)
+    names = [f"rollout-{run_id}-{launch[0]}-{i}" for i in range(cfg.rollout.actors)]
     pool = None
     if rank == 0:
         pool = RolloutPool.spawn(names, model_path, cfg.rollout.max_new_tokens, cfg.rollout.temperature,
