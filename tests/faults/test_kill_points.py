@@ -35,12 +35,12 @@ import sys
 import time
 from isosweep.spec.trial import load_trial
 from isosweep.track import runs
-from isosweep.trial.files import TrialDir
+from isosweep.trial.files import TrialDir, kill_point
 from isosweep.trial.loop import train_loop
 
 uri, run_id, out, config, *sets = sys.argv[1:]
 cfg = load_trial(config, sets)
-logger = runs.TrialLogger(uri, run_id, TrialDir(out), cfg.eval.k)
+logger = runs.TrialLogger(uri, run_id, TrialDir(out), cfg.eval.k, between_requests=lambda: kill_point("between-log-batches"))
 logger.catch_up()  # as a sweep's trial starts: MLflow caught up from the files
 train_loop(cfg, out, log=lambda _: None, report=logger.log)
 logger.catch_up()
@@ -54,18 +54,19 @@ def reference(base_model, tmp_path_factory) -> TrialDir:
     return TrialDir(out)
 
 
-def run_child(uri: str, run_id: str, out: Path, kill_at: str | None) -> subprocess.CompletedProcess:
+def run_child(uri: str, run_id: str, out: Path, kill_at: str | None, sets: list[str] = SHORT
+              ) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items()  # not this process's torch.distributed world (the reference's)
            if k not in (KILL_AT, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     env["PYTHONPATH"] = str(ROOT / "platform")
     if kill_at:
         env[KILL_AT] = kill_at
-    return subprocess.run([sys.executable, "-c", CHILD, uri, run_id, str(out), str(EASY), *SHORT], env=env,
+    return subprocess.run([sys.executable, "-c", CHILD, uri, run_id, str(out), str(EASY), *sets], env=env,
                           capture_output=True, text=True, timeout=600)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("point", KILL_POINTS)
+@pytest.mark.parametrize("point", [p for p in KILL_POINTS if p != "between-log-batches"])
 def test_a_trial_killed_at_a_fixed_point_resumes_to_the_same_files_and_mlflow_holds_them_once(
         point, reference, mlflow_server, tmp_path):
     uri, _ = mlflow_server
@@ -93,6 +94,65 @@ def test_a_trial_killed_at_a_fixed_point_resumes_to_the_same_files_and_mlflow_ho
     assert sorted((m.step, m.value) for m in evals) == [(r["rollouts"], r["eval/mean@4"]) for r in got]
     rewards = client.get_metric_history(run_id, "train/reward")
     assert sorted((m.step, m.value) for m in rewards) == [(r["rollouts"], r["train/reward"]) for r in steps]
+
+
+@pytest.mark.slow
+def test_a_trial_killed_between_two_requests_of_one_records_metrics_resumes_and_mlflow_holds_each_step_once(
+        base_model, mlflow_server, tmp_path):
+    """A record 48 steps after the one before carries 48 x 25 step metrics: more than one ``log_batch`` request.
+    Killed between the two, MLflow holds whole steps only; the resumed trial logs exactly the rest."""
+    uri, _ = mlflow_server
+    sweep = own_smoke(tmp_path)
+    client = runs.client(uri)
+    parent = runs.open_parent(client, sweep, tmp_path)
+    point_cfg = sweep.trials[0]
+    run_id = runs.open_child(client, parent, sweep.sweep_id, point_cfg.key, point_cfg.cfg, point_cfg.config_key)
+    out = tmp_path / "trial"
+    long = ["budget=3072", "Bp=8", "n=4", "eval.every=48", "task.eval_problems=32", "rollout.engine=hf"]
+
+    killed = run_child(uri, run_id, out, "between-log-batches", long)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    held = sorted(m.step for m in client.get_metric_history(run_id, "train/reward"))
+    assert 0 < len(held) < 48 and held == [32 * s for s in range(1, len(held) + 1)]  # a prefix of whole steps
+    assert [m.step for m in client.get_metric_history(run_id, "eval/mean_at_4")] == [0]  # the record: not yet
+    done = run_child(uri, run_id, out, None, long)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    got, steps = TrialDir(out).records(), TrialDir(out).steps()
+    assert [r["step"] for r in got] == [0, 48, 96] and [r["step"] for r in steps] == list(range(1, 97))
+    evals = client.get_metric_history(run_id, "eval/mean_at_4")
+    assert sorted((m.step, m.value) for m in evals) == [(r["rollouts"], r["eval/mean@4"]) for r in got]
+    for key in ("train/reward", "train/kl", "time/step_s"):  # first, middle and last of a step's metrics
+        history = client.get_metric_history(run_id, runs.mlflow_name(key))
+        assert sorted((m.step, m.value) for m in history) == [(r["rollouts"], r[key]) for r in steps], key
+
+
+def test_log_metrics_splits_only_between_steps_and_calls_back_between_requests():
+    """Requests of at most 1,000 metrics, each ending at a change of step (a step of more than 1,000 is the only
+    one split), in the order given; the callback between two requests, never after the last."""
+    from mlflow.entities import Metric
+
+    class Recorder:  # stands in for MlflowClient: only what was sent, and in which requests
+        def __init__(self):
+            self.requests = []
+
+        def log_batch(self, run_id, metrics):
+            self.requests.append(list(metrics))
+
+    metrics = [Metric(f"m{k}", 1.0, 0, step) for step in range(100) for k in range(25)]  # 100 steps x 25
+    metrics += [Metric(f"big{k}", 1.0, 0, 100) for k in range(1200)] + [Metric("eval", 1.0, 0, 101)]
+    client, calls = Recorder(), []
+    runs.log_metrics(client, "run", metrics, between=lambda: calls.append(len(client.requests)))
+    assert [m for r in client.requests for m in r] == metrics
+    assert all(len(r) <= runs.BATCH_METRICS for r in client.requests)
+    for request in client.requests[:-1]:
+        end = metrics.index(request[-1])
+        assert metrics[end + 1].step != request[-1].step or len(request) == runs.BATCH_METRICS
+    assert [len(r) for r in client.requests][:3] == [1000, 1000, 500]  # 40 whole steps, 40 steps, the last 20
+    assert calls == list(range(1, len(client.requests)))
+    client = Recorder()
+    runs.log_metrics(client, "run", metrics[:30], between=lambda: calls.append("never"))
+    assert len(client.requests) == 1 and "never" not in calls
 
 
 def test_an_unknown_kill_point_is_refused(monkeypatch):

@@ -23,5 +23,5 @@ class NullTrialLogger:
 class NullTracker:
     """A tracker without a tracking server: every trial logger it opens is a :class:`NullTrialLogger`."""
 
-    def trial_logger(self, trial, k: int) -> NullTrialLogger:
+    def trial_logger(self, trial, k: int, between_requests=None) -> NullTrialLogger:
         return NullTrialLogger()

@@ -30,6 +30,7 @@ import math
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -185,9 +186,11 @@ class TrialLogger:
     (after a crash between the file write and the log call).
     """
 
-    def __init__(self, uri: str, run_id: str, trial, k: int, warn=print):
+    def __init__(self, uri: str, run_id: str, trial, k: int, warn=print,
+                 between_requests: Callable[[], None] | None = None):
         """``trial`` is the trial's :class:`isosweep.trial.files.TrialDir` (records, steps, checkpoints);
-        ``warn`` gets one line when MLflow stops answering and one when it is caught up again."""
+        ``warn`` gets one line when MLflow stops answering and one when it is caught up again;
+        ``between_requests`` is called between two requests of one record's metrics (a test's kill point)."""
         self.client = client(uri)
         self.uri = uri
         self.run_id = run_id
@@ -195,6 +198,7 @@ class TrialLogger:
         self.k = k
         self.metric = f"eval/mean@{k}"
         self.warn = warn
+        self.between_requests = between_requests
         self.behind = False
         """MLflow missed a call: the files hold what it lacks; the next :meth:`log` catches it up first."""
         self.best, self.steps_logged = float("-inf"), 0
@@ -272,7 +276,7 @@ class TrialLogger:
         metrics += [Metric(mlflow_name(key), float(value), now, step) for key, value in record.items()
                     if key.startswith(EVAL_PREFIXES) and value is not None]
         metrics.append(Metric("tokens", float(record["tokens"]), now, step))
-        log_metrics(self.client, self.run_id, metrics)
+        log_metrics(self.client, self.run_id, metrics, between=self.between_requests)
         if COUNTS_KEY in record:
             self._log_counts(max(step, self.eval_logged))
         self.steps_logged = max(self.steps_logged, step)
@@ -386,8 +390,8 @@ class MlflowTracker:
     uri: str
     run_id: str
 
-    def trial_logger(self, trial, k: int) -> TrialLogger:
-        return TrialLogger(self.uri, self.run_id, trial, k)
+    def trial_logger(self, trial, k: int, between_requests: Callable[[], None] | None = None) -> TrialLogger:
+        return TrialLogger(self.uri, self.run_id, trial, k, between_requests=between_requests)
 
 
 # ------------------------------------------------------------------------------- reading back
@@ -466,10 +470,37 @@ def read_sweep(mlflow_client, parent) -> SweepData:
                      sweep_params=dict(parent.data.params), curves=read_curves(mlflow_client, sweep_id, k))
 
 
-def log_metrics(mlflow_client, run_id: str, metrics: list[Metric]) -> None:
-    """Log ``metrics`` in one ``log_batch`` call (MLflow's client splits it into requests of at most 1,000)."""
-    if metrics:
-        mlflow_client.log_batch(run_id, metrics=metrics)
+BATCH_METRICS = 1000
+"""The most metrics of one ``log_batch`` request (MLflow's limit; its client would split a longer list anywhere)."""
+
+
+def log_metrics(mlflow_client, run_id: str, metrics: list[Metric], between: Callable[[], None] | None = None) -> None:
+    """Log ``metrics`` in as few ``log_batch`` requests as MLflow takes, each ending at a change of step.
+
+    A crash between two requests then leaves MLflow holding whole steps, a prefix of ``metrics`` in the order
+    given: a trial's logger, which reads back the last step it holds, logs exactly the rest on resume (a split
+    inside a step would lose or repeat part of it). A step with more than :data:`BATCH_METRICS` metrics is the
+    only one split. ``between`` is called between two requests (a test's kill point)."""
+    batch: list[Metric] = []
+    for i, metric in enumerate(metrics):
+        batch.append(metric)
+        step_ends = i + 1 == len(metrics) or metrics[i + 1].step != metric.step
+        if len(batch) == BATCH_METRICS or (step_ends and i + 1 < len(metrics) and
+                                           len(batch) + _step_size(metrics, i + 1) > BATCH_METRICS):
+            mlflow_client.log_batch(run_id, metrics=batch)
+            batch = []
+            if between is not None and i + 1 < len(metrics):
+                between()
+    if batch:
+        mlflow_client.log_batch(run_id, metrics=batch)
+
+
+def _step_size(metrics: list[Metric], start: int) -> int:
+    """How many metrics from ``start`` on share the step of ``metrics[start]``."""
+    end = start
+    while end < len(metrics) and metrics[end].step == metrics[start].step:
+        end += 1
+    return end - start
 
 
 def log_frontier(mlflow_client, run_id: str, analysis) -> None:

@@ -41,10 +41,11 @@ LOG_FILE = "trial.log"
 KILL_AT = "ISOSWEEP_KILL_AT"
 """Fault injection for tests: ``ISOSWEEP_KILL_AT=<point>[:<n>]`` kills the trial process (SIGKILL) the n-th time
 (default: the first) it reaches ``<point>``, one of :data:`KILL_POINTS`. Read only by :func:`kill_point`."""
-KILL_POINTS = ("checkpoint-written", "checkpoint-committed", "record-appended")
+KILL_POINTS = ("checkpoint-written", "checkpoint-committed", "record-appended", "between-log-batches")
 """Where a crash can land between two writes of an evaluation: inside the temporary checkpoint folder, all
 written, not yet renamed; after the rename, before the eval record is appended to ``metrics.jsonl``; after
-the append, before the record is logged to MLflow."""
+the append, before the record is logged to MLflow; between two ``log_batch`` requests of one record's metrics
+(a record of a long interval carries more than 1,000 step metrics)."""
 KILL_ONCE = "ISOSWEEP_KILL_ONCE"
 """With :data:`KILL_AT`: a file path; the kill fires only in the process that creates it, so a trial process that
 is started again after the kill (a Ray Train worker group restarted in the same run) runs on."""

@@ -26,7 +26,7 @@ from isosweep.spec.profiles import get_profile, placement_bundles
 from isosweep.spec.trial import TrialConfig, resources_of
 from isosweep.track.curves import without_counts
 from isosweep.track.null import NullTracker
-from isosweep.trial.files import TrialDir
+from isosweep.trial.files import TrialDir, kill_point
 
 RAY_ENV = {
     # ray.train.report costs ~2 s at the default health-check interval; 0.25 s makes it ~0.
@@ -68,7 +68,8 @@ def _worker(config: dict) -> None:
         torch.set_num_threads(config["threads"])
     trial = TrialDir(config["out"])
     rank = ray.train.get_context().get_world_rank()
-    logger = config["tracker"].trial_logger(trial, cfg.eval.k) if rank == 0 else None
+    logger = config["tracker"].trial_logger(trial, cfg.eval.k, between_requests=lambda: kill_point("between-log-batches")
+                                            ) if rank == 0 else None
 
     def report(record: dict) -> None:
         if logger is not None:
