@@ -106,7 +106,7 @@ def test_a_rerun_pointed_at_another_runs_folder_is_refused_before_anything_is_wr
 
 def test_a_band_too_small_for_bp_is_refused_before_any_folder_run_or_ray_job(tmp_path, capsys, monkeypatch):
     """A level's probe holds 1,024 train problems, so no band of tiny-1m's 2-digit additions can feed Bp = 2048 (how many
-    fall in the hard band depends on the base model a machine built: 207 on one, 565 on another): that grid point is a
+    fall in the hard band depends on the cached base model: 207 and 565 have both been seen): that grid point is a
     configuration error naming the sweep file, decided before the study's folder, its MLflow run or Ray exist
     (inside a trial it would be a failure Tune retries)."""
     from isosweep.cli import main
