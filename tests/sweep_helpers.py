@@ -30,12 +30,12 @@ def record_models(client, run_id: str) -> dict[int, object]:
     return {int(m.tags["isosweep.rollouts"]): m for m in found}
 
 
-def wait_for(predicate, timeout: float, what: str) -> None:
+def wait_for(predicate, timeout: float, what: str, every: float = 1.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return
-        time.sleep(1.0)
+        time.sleep(every)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 

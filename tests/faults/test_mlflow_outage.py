@@ -8,13 +8,18 @@ TCP forwarder, and "down" closes the forwarder (connections refused), "back" ope
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
 import threading
 from pathlib import Path
 
+import pytest
+
+from isosweep.run.core import is_finished
 from isosweep.track import runs
 from isosweep.trial.files import TrialDir
-from sweep_helpers import own_smoke, record_models
+from sweep_helpers import ISOSWEEP, children, own_smoke, record_models, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -160,3 +165,46 @@ def test_a_logger_started_while_mlflow_is_down_catches_up_later(mlflow_server, t
     logger.log(records[1])
     assert sorted(m.step for m in client.get_metric_history(child, "eval/mean_at_4")) == [0, 128]
     proxy.down()
+
+
+@pytest.mark.slow
+def test_trials_that_start_while_mlflow_is_down_train_and_get_their_runs_when_it_answers(mlflow_server, tmp_path):
+    """A smoke sweep whose MLflow goes away right after its parent run is made: both trials start without a child
+    run and train on their files alone (their logs say so); MLflow back before the study ends, the driver creates
+    their runs and catches them up, so the sweep finishes in one invocation with MLflow equal to the files."""
+    uri, _ = mlflow_server
+    client = runs.client(uri)
+    sweep = own_smoke(tmp_path)
+    proxy = Forwarder(("127.0.0.1", int(uri.rsplit(":", 1)[1])))
+    runs_dir = tmp_path / "runs"
+    trials = {p.key: TrialDir(runs_dir / sweep.sweep_id / "trials" / p.key) for p in sweep.trials}
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{proxy.port}",
+           "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}  # refused at once, not after minutes of retries
+    log = open(tmp_path / "driver.log", "w")
+    driver = subprocess.Popen([ISOSWEEP, "sweep", str(sweep.path), "--runs", str(runs_dir), "--no-dashboards"],
+                              cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: runs.find_parent(client, sweep.sweep_id) is not None or driver.poll() is not None, 300,
+                 "the sweep's parent run", every=0.1)
+        proxy.down()  # before Ray is up: no trial has opened its run
+        wait_for(lambda: any(is_finished(t, p.cfg) for t, p in zip(trials.values(), sweep.trials))
+                 or driver.poll() is not None, 600, "a trial trained without MLflow")
+        proxy.up()
+        assert driver.wait(timeout=600) == 0, (tmp_path / "driver.log").read_text()[-3000:]
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+        proxy.down()
+    for key, trial in trials.items():
+        assert "did not answer when the trial started" in trial.log_file.read_text(), key
+    found = {r.data.tags[runs.TRIAL_TAG]: r for r in children(client, sweep.sweep_id)}
+    assert sorted(found) == sorted(trials)
+    for key, trial in trials.items():
+        run = found[key]
+        assert run.info.status == "FINISHED" and run.data.params["n"] in ("4", "8")
+        evals = client.get_metric_history(run.info.run_id, "eval/mean_at_4")
+        assert sorted((m.step, m.value) for m in evals) == [(r["rollouts"], r["eval/mean@4"]) for r in trial.records()]
+        rewards = client.get_metric_history(run.info.run_id, "train/reward")
+        assert sorted((m.step, m.value) for m in rewards) == [(r["rollouts"], r["train/reward"]) for r in trial.steps()]
+    assert runs.find_parent(client, sweep.sweep_id).info.status == "FINISHED"

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 import ray
 import yaml
+from mlflow.exceptions import MlflowException
 from ray import tune
 from ray.tune.integration.ray_train import TuneReportCallback
 
@@ -115,15 +116,34 @@ def tune_trial(config: dict) -> None:
     job = TrialJob.from_tune(config["trial"])
     trial = job.trial
     trial.path.mkdir(parents=True, exist_ok=True)
-    client = runs.client(job.tracking_uri)
-    run_id = runs.open_child(client, job.parent_run_id, job.sweep_id, job.key, job.cfg, job.config_key)
-    for name, value in job.tags.items():
-        client.set_tag(run_id, name, value)
-    logger = runs.TrialLogger(job.tracking_uri, run_id, trial, job.cfg.eval.k)
-    logger.catch_up()
-
     def ended() -> bool:  # finished, or stopped early by an HPO study
         return is_finished(trial, job.cfg) or trial.stop_requested()
+
+    client = runs.client(job.tracking_uri)
+    try:
+        run_id = runs.open_child(client, job.parent_run_id, job.sweep_id, job.key, job.cfg, job.config_key)
+        for name, value in job.tags.items():
+            client.set_tag(run_id, name, value)
+    except (MlflowException, OSError) as err:  # what an MLflow server that does not answer raises, after retries
+        # MLflow down when the trial starts fails no training: the trial runs on its files alone, and the
+        # driver creates its run and catches it up once MLflow answers (end of this study, or its next run)
+        with open(trial.log_file, "a") as f:
+            f.write(f"[mlflow] {job.tracking_uri} did not answer when the trial started ({type(err).__name__}: "
+                    f"{str(err)[:200]}); training goes on, its records are kept in {trial.path} and logged when "
+                    "MLflow answers\n")
+        if ended():
+            records = trial.records()
+            tune.report({**without_counts(records[-1] if records else {}), "isosweep/skipped": 1})
+            return
+        try:
+            make_torch_trainer(job.cfg, trial.path, callbacks=[TuneReportCallback()], name=job.key,
+                               log_to_file=True).fit()
+        except BaseException:
+            if not ended():  # not Tune ending the function after the trial's last report or an early stop
+                raise
+        return
+    logger = runs.TrialLogger(job.tracking_uri, run_id, trial, job.cfg.eval.k)
+    logger.catch_up()
 
     if ended():
         records = trial.records()

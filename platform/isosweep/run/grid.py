@@ -102,10 +102,14 @@ def _run_locked(sweep: Sweep, sweep_out: Path, uri: str, dashboards: str | Path 
     client = runs.client(uri)
     parent_id = runs.open_parent(client, sweep, sweep_out)
     pending = [p for p in sweep.trials if not is_finished(trial_of(sweep_out, p.key), p.cfg)]
-    for point in sweep.trials:  # finished on disk: MLflow may have missed their end (an outage, a killed driver)
-        if point not in pending:
-            runs.settle_finished(client, uri, sweep.sweep_id, point.key, trial_of(sweep_out, point.key),
-                                 point.cfg.eval.k, log)
+
+    def settle() -> None:  # finished on disk: MLflow may have missed their end (an outage, a killed driver)
+        for point in sweep.trials:
+            if is_finished(trial_of(sweep_out, point.key), point.cfg):
+                runs.settle_finished(client, uri, parent_id, sweep.sweep_id, point.key, point.cfg, point.config_key,
+                                     trial_of(sweep_out, point.key), log)
+
+    settle()
     log(f"[sweep] {sweep.sweep_id}: {sweep.spec.study} study, {len(sweep.trials)} trials at C = {sweep.budget:,} "
         f"rollouts each ({len(sweep.trials) - len(pending)} already finished); output {sweep_out}")
     log(f"[sweep] MLflow: {uri} (experiment '{runs.EXPERIMENT}', parent run {parent_id})")
@@ -116,6 +120,7 @@ def _run_locked(sweep: Sweep, sweep_out: Path, uri: str, dashboards: str | Path 
         progress = Progress(GridProgress(sweep, sweep_out), sweep_out, log, progress_every_s, "sweep", uri=uri)
         interrupted = run_trials(sweep_out, [p.cfg for p in sweep.trials], sweep.path, address, progress, log,
                                  "sweep", param_space={"trial": tune.grid_search([j.to_tune() for j in jobs])})
+        settle()  # trials that ran while MLflow was down: their runs created and caught up now that it answers
     unfinished = [p.key for p in sweep.trials if not is_finished(trial_of(sweep_out, p.key), p.cfg)]
     if unfinished:
         client.update_run(parent_id, status="KILLED" if interrupted else "FAILED")

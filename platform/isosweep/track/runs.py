@@ -371,12 +371,16 @@ def log_record_model(mlflow_client, run_id: str, files: list[Path], record: dict
     return model.model_id
 
 
-def settle_finished(mlflow_client, uri: str, sweep_id: str, key: str, trial, k: int, log=print) -> None:
-    """A trial finished on disk: its child run caught up to its files and marked FINISHED, if it is not already."""
+def settle_finished(mlflow_client, uri: str, parent_id: str, sweep_id: str, key: str, cfg, config_key: str, trial,
+                    log=print) -> None:
+    """A trial finished on disk: its child run caught up to its files and marked FINISHED, if it is not already,
+    and created first if it has none (MLflow was down when the trial started)."""
     found = find_child(mlflow_client, sweep_id, key)
-    if found is None or found.info.status == "FINISHED":
+    if found is not None and found.info.status == "FINISHED":
         return
-    logger = TrialLogger(uri, found.info.run_id, trial, k, warn=log)
+    run_id = found.info.run_id if found is not None else open_child(mlflow_client, parent_id, sweep_id, key, cfg,
+                                                                     config_key)
+    logger = TrialLogger(uri, run_id, trial, cfg.eval.k, warn=log)
     if logger.catch_up() >= 0:
         logger.finish("FINISHED")
 
