@@ -111,11 +111,14 @@ def tune_trial(config: dict) -> None:
     """The Tune function of one trial: continue its MLflow run, then run its TorchTrainer.
 
     A trial that already reached its last step (an earlier run of the study) only catches its
-    MLflow run up and reports its last record: nothing is trained again.
+    MLflow run up and reports its last record: nothing is trained again. If MLflow does not answer
+    when the trial starts, the trial trains without its run (its files keep everything) and the
+    study's driver creates and catches up the run later.
     """
     job = TrialJob.from_tune(config["trial"])
     trial = job.trial
     trial.path.mkdir(parents=True, exist_ok=True)
+
     def ended() -> bool:  # finished, or stopped early by an HPO study
         return is_finished(trial, job.cfg) or trial.stop_requested()
 
