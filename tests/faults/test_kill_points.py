@@ -54,6 +54,37 @@ def reference(base_model, tmp_path_factory) -> TrialDir:
     return TrialDir(out)
 
 
+def trial_run(mlflow_server, tmp_path: Path) -> tuple:
+    """``(uri, client, run_id)``: a trial's child run on the session's server, under a smoke sweep of the test's own."""
+    uri, _ = mlflow_server
+    sweep = own_smoke(tmp_path)
+    client = runs.client(uri)
+    parent = runs.open_parent(client, sweep, tmp_path)
+    point = sweep.trials[0]
+    return uri, client, runs.open_child(client, parent, sweep.sweep_id, point.key, point.cfg, point.config_key)
+
+
+def assert_mlflow_holds(client, run_id: str, records: list[dict], steps: list[dict],
+                        keys: tuple[str, ...] = ("train/reward",)) -> None:
+    """MLflow holds what the files hold, each point once: every eval record, and each step's ``keys``."""
+    evals = client.get_metric_history(run_id, "eval/mean_at_4")
+    assert sorted((m.step, m.value) for m in evals) == [(r["rollouts"], r["eval/mean@4"]) for r in records]
+    for key in keys:
+        history = client.get_metric_history(run_id, runs.mlflow_name(key))
+        assert sorted((m.step, m.value) for m in history) == [(r["rollouts"], r[key]) for r in steps], key
+
+
+def assert_uninterrupted_and_in_mlflow(reference: TrialDir, trial: TrialDir, client, run_id: str) -> None:
+    """The trial's evaluations (steps 0, 4, 8) and steps are the uninterrupted run's, to 1e-9, and MLflow holds them."""
+    want, got = reference.records(), trial.records()
+    assert [r["step"] for r in got] == [0, 4, 8] and [r["rollouts"] for r in got] == [0, 128, 256]
+    for a, b in zip(want, got):
+        assert math.isclose(a["eval/mean@4"], b["eval/mean@4"], abs_tol=1e-9)
+    steps = trial.steps()
+    assert [r["step"] for r in steps] == [r["step"] for r in reference.steps()]
+    assert_mlflow_holds(client, run_id, got, steps)
+
+
 def run_child(uri: str, run_id: str, out: Path, kill_at: str | None, sets: list[str] = SHORT
               ) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items()  # not this process's torch.distributed world (the reference's)
@@ -69,12 +100,7 @@ def run_child(uri: str, run_id: str, out: Path, kill_at: str | None, sets: list[
 @pytest.mark.parametrize("point", [p for p in KILL_POINTS if p != "between-log-batches"])
 def test_a_trial_killed_at_a_fixed_point_resumes_to_the_same_files_and_mlflow_holds_them_once(
         point, reference, mlflow_server, tmp_path):
-    uri, _ = mlflow_server
-    sweep = own_smoke(tmp_path)
-    client = runs.client(uri)
-    parent = runs.open_parent(client, sweep, tmp_path)
-    point_cfg = sweep.trials[0]
-    run_id = runs.open_child(client, parent, sweep.sweep_id, point_cfg.key, point_cfg.cfg, point_cfg.config_key)
+    uri, client, run_id = trial_run(mlflow_server, tmp_path)
     out = tmp_path / "trial"
 
     killed = run_child(uri, run_id, out, f"{point}:2")  # the second evaluation's (step 4)
@@ -83,17 +109,7 @@ def test_a_trial_killed_at_a_fixed_point_resumes_to_the_same_files_and_mlflow_ho
     done = run_child(uri, run_id, out, None)
     assert done.returncode == 0, done.stderr[-3000:]
 
-    want, got = reference.records(), TrialDir(out).records()
-    assert [r["step"] for r in got] == [0, 4, 8] and [r["rollouts"] for r in got] == [0, 128, 256]
-    for a, b in zip(want, got):
-        assert math.isclose(a["eval/mean@4"], b["eval/mean@4"], abs_tol=1e-9)
-    steps = TrialDir(out).steps()
-    assert [r["step"] for r in steps] == [r["step"] for r in reference.steps()]
-    # MLflow holds what the files hold, each point once
-    evals = client.get_metric_history(run_id, "eval/mean_at_4")
-    assert sorted((m.step, m.value) for m in evals) == [(r["rollouts"], r["eval/mean@4"]) for r in got]
-    rewards = client.get_metric_history(run_id, "train/reward")
-    assert sorted((m.step, m.value) for m in rewards) == [(r["rollouts"], r["train/reward"]) for r in steps]
+    assert_uninterrupted_and_in_mlflow(reference, TrialDir(out), client, run_id)
 
 
 @pytest.mark.slow
@@ -101,12 +117,7 @@ def test_a_trial_killed_between_two_requests_of_one_records_metrics_resumes_and_
         base_model, mlflow_server, tmp_path):
     """A record 48 steps after the one before carries 48 x 25 step metrics: more than one ``log_batch`` request.
     Killed between the two, MLflow holds whole steps only; the resumed trial logs exactly the rest."""
-    uri, _ = mlflow_server
-    sweep = own_smoke(tmp_path)
-    client = runs.client(uri)
-    parent = runs.open_parent(client, sweep, tmp_path)
-    point_cfg = sweep.trials[0]
-    run_id = runs.open_child(client, parent, sweep.sweep_id, point_cfg.key, point_cfg.cfg, point_cfg.config_key)
+    uri, client, run_id = trial_run(mlflow_server, tmp_path)
     out = tmp_path / "trial"
     long = ["budget=3072", "Bp=8", "n=4", "eval.every=48", "task.eval_problems=32", "rollout.engine=hf"]
 
@@ -120,11 +131,8 @@ def test_a_trial_killed_between_two_requests_of_one_records_metrics_resumes_and_
 
     got, steps = TrialDir(out).records(), TrialDir(out).steps()
     assert [r["step"] for r in got] == [0, 48, 96] and [r["step"] for r in steps] == list(range(1, 97))
-    evals = client.get_metric_history(run_id, "eval/mean_at_4")
-    assert sorted((m.step, m.value) for m in evals) == [(r["rollouts"], r["eval/mean@4"]) for r in got]
-    for key in ("train/reward", "train/kl", "time/step_s"):  # first, middle and last of a step's metrics
-        history = client.get_metric_history(run_id, runs.mlflow_name(key))
-        assert sorted((m.step, m.value) for m in history) == [(r["rollouts"], r[key]) for r in steps], key
+    # a step's first, middle and last metrics
+    assert_mlflow_holds(client, run_id, got, steps, keys=("train/reward", "train/kl", "time/step_s"))
 
 
 def test_log_metrics_splits_only_between_steps_and_calls_back_between_requests():
@@ -173,12 +181,7 @@ def test_a_train_worker_killed_while_its_driver_lives_is_restarted_and_the_trial
 
     from isosweep.trial.job import lone_trial_threads, make_torch_trainer, ray_init
 
-    uri, _ = mlflow_server
-    sweep = own_smoke(tmp_path)
-    client = runs.client(uri)
-    parent = runs.open_parent(client, sweep, tmp_path)
-    point_cfg = sweep.trials[0]
-    run_id = runs.open_child(client, parent, sweep.sweep_id, point_cfg.key, point_cfg.cfg, point_cfg.config_key)
+    uri, client, run_id = trial_run(mlflow_server, tmp_path)
     out = tmp_path / "trial"
     marker = tmp_path / "killed-once"
     # the Ray this test starts passes its environment to every worker it starts
@@ -195,16 +198,7 @@ def test_a_train_worker_killed_while_its_driver_lives_is_restarted_and_the_trial
     log = (out / "trial.log").read_text()
     assert log.count("[trial] arithmetic/easy") == 2 and "resuming at step 4" in log  # a second worker, resumed
 
-    want, got = reference.records(), TrialDir(out).records()
-    assert [r["step"] for r in got] == [0, 4, 8]
-    for a, b in zip(want, got):
-        assert math.isclose(a["eval/mean@4"], b["eval/mean@4"], abs_tol=1e-9)
-    steps = TrialDir(out).steps()
-    assert [r["step"] for r in steps] == [r["step"] for r in reference.steps()]
-    evals = client.get_metric_history(run_id, "eval/mean_at_4")
-    assert sorted((m.step, m.value) for m in evals) == [(r["rollouts"], r["eval/mean@4"]) for r in got]
-    rewards = client.get_metric_history(run_id, "train/reward")
-    assert sorted((m.step, m.value) for m in rewards) == [(r["rollouts"], r["train/reward"]) for r in steps]
+    assert_uninterrupted_and_in_mlflow(reference, TrialDir(out), client, run_id)
 
 
 @pytest.mark.slow
@@ -221,12 +215,7 @@ def test_a_rollout_actor_killed_while_its_trial_runs_is_replaced_and_the_trial_f
 
     from isosweep.trial.job import lone_trial_threads, make_torch_trainer, ray_init
 
-    uri, _ = mlflow_server
-    sweep = own_smoke(tmp_path)
-    client = runs.client(uri)
-    parent = runs.open_parent(client, sweep, tmp_path)
-    point_cfg = sweep.trials[0]
-    run_id = runs.open_child(client, parent, sweep.sweep_id, point_cfg.key, point_cfg.cfg, point_cfg.config_key)
+    uri, client, run_id = trial_run(mlflow_server, tmp_path)
     out = tmp_path / "trial"
     cfg = load_trial(EASY, ["budget=1024", "Bp=8", "n=4", "eval.every=4", "task.eval_problems=32",
                             "rollout.engine=vllm"])
@@ -260,7 +249,4 @@ def test_a_rollout_actor_killed_while_its_trial_runs_is_replaced_and_the_trial_f
     assert [r["step"] for r in got] == list(range(0, 33, 4))
     steps = TrialDir(out).steps()
     assert [r["step"] for r in steps] == list(range(1, 33))
-    evals = client.get_metric_history(run_id, "eval/mean_at_4")
-    assert sorted((m.step, m.value) for m in evals) == [(r["rollouts"], r["eval/mean@4"]) for r in got]
-    rewards = client.get_metric_history(run_id, "train/reward")
-    assert sorted((m.step, m.value) for m in rewards) == [(r["rollouts"], r["train/reward"]) for r in steps]
+    assert_mlflow_holds(client, run_id, got, steps)

@@ -184,8 +184,9 @@ def test_trials_that_start_while_mlflow_is_down_train_and_get_their_runs_when_it
     driver = subprocess.Popen([ISOSWEEP, "sweep", str(sweep.path), "--runs", str(runs_dir), "--no-dashboards"],
                               cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        wait_for(lambda: runs.find_parent(client, sweep.sweep_id) is not None or driver.poll() is not None, 300,
-                 "the sweep's parent run", every=0.1)
+        # the driver's last MLflow call before the trials is done when it names the parent run (then it starts Ray)
+        wait_for(lambda: "[sweep] MLflow: " in (tmp_path / "driver.log").read_text() or driver.poll() is not None, 300,
+                 "the driver's parent run", every=0.1)
         proxy.down()  # before Ray is up: no trial has opened its run
         wait_for(lambda: any(is_finished(t, p.cfg) for t, p in zip(trials.values(), sweep.trials))
                  or driver.poll() is not None, 600, "a trial trained without MLflow")
