@@ -189,7 +189,7 @@ def test_trials_that_start_while_mlflow_is_down_train_and_get_their_runs_when_it
                  "the driver's parent run", every=0.1)
         proxy.down()  # before Ray is up: no trial has opened its run
         wait_for(lambda: any(is_finished(t, p.cfg) for t, p in zip(trials.values(), sweep.trials))
-                 or driver.poll() is not None, 600, "a trial trained without MLflow")
+                 or driver.poll() is not None, 600, "a trial trained without MLflow", every=0.2)
         proxy.up()
         assert driver.wait(timeout=600) == 0, (tmp_path / "driver.log").read_text()[-3000:]
     finally:
