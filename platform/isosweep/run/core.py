@@ -42,6 +42,7 @@ from isosweep.spec.trial import TrialConfig, resources_of, steps
 from isosweep.spec.yamlio import ConfigError
 from isosweep.track import runs
 from isosweep.track.curves import without_counts
+from isosweep.track.null import NullTracker
 from isosweep.track.server import ensure_server, revive
 from isosweep.trial.files import TrialDir
 from isosweep.trial.job import make_torch_trainer, ray_init
@@ -127,6 +128,7 @@ def tune_trial(config: dict) -> None:
         run_id = runs.open_child(client, job.parent_run_id, job.sweep_id, job.key, job.cfg, job.config_key)
         for name, value in job.tags.items():
             client.set_tag(run_id, name, value)
+        tracker = runs.MlflowTracker(job.tracking_uri, run_id)
     except (MlflowException, OSError) as err:  # what an MLflow server that does not answer raises, after retries
         # MLflow down when the trial starts fails no training: the trial runs on its files alone, and the
         # driver creates its run and catches it up once MLflow answers (end of this study, or its next run)
@@ -134,18 +136,8 @@ def tune_trial(config: dict) -> None:
             f.write(f"[mlflow] {job.tracking_uri} did not answer when the trial started ({type(err).__name__}: "
                     f"{str(err)[:200]}); training goes on, its records are kept in {trial.path} and logged when "
                     "MLflow answers\n")
-        if ended():
-            records = trial.records()
-            tune.report({**without_counts(records[-1] if records else {}), "isosweep/skipped": 1})
-            return
-        try:
-            make_torch_trainer(job.cfg, trial.path, callbacks=[TuneReportCallback()], name=job.key,
-                               log_to_file=True).fit()
-        except BaseException:
-            if not ended():  # not Tune ending the function after the trial's last report or an early stop
-                raise
-        return
-    logger = runs.TrialLogger(job.tracking_uri, run_id, trial, job.cfg.eval.k)
+        tracker = NullTracker()
+    logger = tracker.trial_logger(trial, job.cfg.eval.k)
     logger.catch_up()
 
     if ended():
@@ -153,8 +145,7 @@ def tune_trial(config: dict) -> None:
         tune.report({**without_counts(records[-1] if records else {}), "isosweep/skipped": 1})
         logger.finish("FINISHED")
         return
-    trainer = make_torch_trainer(job.cfg, trial.path, tracker=runs.MlflowTracker(job.tracking_uri, run_id),
-                                 callbacks=[TuneReportCallback()], name=job.key)
+    trainer = make_torch_trainer(job.cfg, trial.path, tracker=tracker, callbacks=[TuneReportCallback()], name=job.key)
     try:
         trainer.fit()
     except BaseException as err:

@@ -25,6 +25,7 @@ This is the only module of isosweep that imports mlflow. The local server is
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -485,26 +486,19 @@ def log_metrics(mlflow_client, run_id: str, metrics: list[Metric], between: Call
     given: a trial's logger, which reads back the last step it holds, logs exactly the rest on resume (a split
     inside a step would lose or repeat part of it). A step with more than :data:`BATCH_METRICS` metrics is the
     only one split. ``between`` is called between two requests (a test's kill point)."""
-    batch: list[Metric] = []
-    for i, metric in enumerate(metrics):
-        batch.append(metric)
-        step_ends = i + 1 == len(metrics) or metrics[i + 1].step != metric.step
-        if len(batch) == BATCH_METRICS or (step_ends and i + 1 < len(metrics) and
-                                           len(batch) + _step_size(metrics, i + 1) > BATCH_METRICS):
-            mlflow_client.log_batch(run_id, metrics=batch)
-            batch = []
-            if between is not None and i + 1 < len(metrics):
-                between()
-    if batch:
+    batches: list[list[Metric]] = [[]]
+    for _, group in itertools.groupby(metrics, key=lambda m: m.step):
+        group = list(group)
+        for i in range(0, len(group), BATCH_METRICS):  # more than one piece only for a step over the limit
+            piece = group[i:i + BATCH_METRICS]
+            if len(batches[-1]) + len(piece) > BATCH_METRICS:
+                batches.append([])
+            batches[-1].extend(piece)
+    batches = [b for b in batches if b]
+    for n, batch in enumerate(batches):
+        if n and between is not None:
+            between()
         mlflow_client.log_batch(run_id, metrics=batch)
-
-
-def _step_size(metrics: list[Metric], start: int) -> int:
-    """How many metrics from ``start`` on share the step of ``metrics[start]``."""
-    end = start
-    while end < len(metrics) and metrics[end].step == metrics[start].step:
-        end += 1
-    return end - start
 
 
 def log_frontier(mlflow_client, run_id: str, analysis) -> None:

@@ -93,11 +93,11 @@ steps since it (``eval.checkpoint_every``), and rank 0's MLflow logger skips wha
 
 
 def make_torch_trainer(cfg: TrialConfig, out: Path, tracker=None, callbacks: list | None = None,
-                       name: str = "trial", threads: int | None = None, log_to_file: bool | None = None):
+                       name: str = "trial", threads: int | None = None):
     """The ``TorchTrainer`` of one trial: ``trainer.num_workers`` workers sharing the profile's
     trainer resources, each running :func:`_worker`. ``tracker`` (an
     :class:`isosweep.track.runs.MlflowTracker` in a sweep; default the null tracker) receives rank
-    0's records, and with one the trial logs to its ``trial.log`` (or as ``log_to_file`` says); ``callbacks`` are Ray Train
+    0's records, and with one (a null tracker included) the trial logs to its ``trial.log``; ``callbacks`` are Ray Train
     callbacks (a sweep passes Tune's). ``threads``: torch threads per worker (default: what Ray
     gives a worker of its CPU share, one thread on the tiny profile, so packed trials do not
     oversubscribe the cores)."""
@@ -110,8 +110,7 @@ def make_torch_trainer(cfg: TrialConfig, out: Path, tracker=None, callbacks: lis
     return TorchTrainer(
         _worker,
         train_loop_config={"cfg": cfg.model_dump(mode="json"), "out": str(out), "run_id": run_id,
-                           "tracker": tracker or NullTracker(),
-                           "log_to_file": tracker is not None if log_to_file is None else log_to_file,
+                           "tracker": tracker or NullTracker(), "log_to_file": tracker is not None,
                            "threads": threads},
         scaling_config=ScalingConfig(
             num_workers=workers,
