@@ -174,14 +174,17 @@ def test_trials_that_start_while_mlflow_is_down_train_and_get_their_runs_when_it
     their runs and catches them up, so the sweep finishes in one invocation with MLflow equal to the files."""
     uri, _ = mlflow_server
     client = runs.client(uri)
-    sweep = own_smoke(tmp_path)
+    # another budget than the smoke sweep's: a finished sweep of the same design would be pooled with the real
+    # smoke sweep by `make report` in the end-to-end test that shares this session's server
+    sweep = own_smoke(tmp_path, budget=1024)
     proxy = Forwarder(("127.0.0.1", int(uri.rsplit(":", 1)[1])))
     runs_dir = tmp_path / "runs"
     trials = {p.key: TrialDir(runs_dir / sweep.sweep_id / "trials" / p.key) for p in sweep.trials}
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{proxy.port}",
            "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}  # refused at once, not after minutes of retries
     log = open(tmp_path / "driver.log", "w")
-    driver = subprocess.Popen([ISOSWEEP, "sweep", str(sweep.path), "--runs", str(runs_dir), "--no-dashboards"],
+    driver = subprocess.Popen([ISOSWEEP, "sweep", str(sweep.path), "--budget", "1024", "--runs", str(runs_dir),
+                               "--no-dashboards"],
                               cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         # the driver's last MLflow call before the trials is done when it names the parent run (then it starts Ray)
