@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -53,3 +55,92 @@ def own_smoke(tmp_path: Path, budget: int | None = None):
     path = tmp_path / "own-smoke.yaml"
     path.write_text(yaml.safe_dump(data))
     return load_sweep(path, budget=budget)
+
+
+LOOPBACK_ADDRESSES = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
+
+
+def listeners_while_running(proc, every: float = 0.5) -> set[tuple[str, int, str]]:
+    """``(address, port, process name)`` of every listening TCP socket that ``proc`` or any process
+    under it held while ``proc`` ran, sampled every ``every`` seconds until it exits."""
+    import psutil  # reason: a dependency of Ray, used only by the tests that list sockets
+
+    seen: set[tuple[str, int, str]] = set()
+    while proc.poll() is None:
+        try:
+            tree = {p.pid: p for p in psutil.Process(proc.pid).children(recursive=True)}
+        except psutil.NoSuchProcess:
+            break
+        for conn in psutil.net_connections(kind="inet"):
+            if conn.status == psutil.CONN_LISTEN and conn.pid in tree:
+                try:
+                    name = tree[conn.pid].name()
+                except psutil.Error:
+                    name = "?"
+                seen.add((conn.laddr.ip, conn.laddr.port, name))
+        time.sleep(every)
+    return seen
+
+
+class Forwarder:
+    """127.0.0.1:<port> -> the server at ``target``; :meth:`down` refuses and cuts connections, :meth:`up` serves."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.listener: socket.socket | None = None
+        self.open: list[socket.socket] = []
+        self.up()
+
+    def up(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self.listener, self.serving = listener, True
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def down(self) -> None:
+        self.serving = False
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept(); close() alone does not
+        except OSError:
+            pass
+        self.listener.close()
+        for conn in self.open:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            conn.close()
+        self.open.clear()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            if not self.serving:
+                client.close()
+                return
+            server = socket.create_connection(self.target)
+            self.open += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(a: socket.socket, b: socket.socket) -> None:
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
-import threading
 from pathlib import Path
 
 import pytest
@@ -19,73 +17,9 @@ import pytest
 from isosweep.run.core import is_finished
 from isosweep.track import runs
 from isosweep.trial.files import TrialDir
-from sweep_helpers import ISOSWEEP, children, own_smoke, record_models, wait_for
+from sweep_helpers import ISOSWEEP, Forwarder, children, own_smoke, record_models, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class Forwarder:
-    """127.0.0.1:<port> -> the server at ``target``; :meth:`down` refuses and cuts connections, :meth:`up` serves."""
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self.listener: socket.socket | None = None
-        self.open: list[socket.socket] = []
-        self.up()
-
-    def up(self) -> None:
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
-        listener.listen(64)
-        self.listener, self.serving = listener, True
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
-
-    def down(self) -> None:
-        self.serving = False
-        try:
-            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the thread blocked in accept(); close() alone does not
-        except OSError:
-            pass
-        self.listener.close()
-        for conn in self.open:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            conn.close()
-        self.open.clear()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            if not self.serving:
-                client.close()
-                return
-            server = socket.create_connection(self.target)
-            self.open += [client, server]
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pump(a: socket.socket, b: socket.socket) -> None:
-        try:
-            while data := a.recv(65536):
-                b.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (a, b):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
 
 def record(step: int, value: float) -> dict:

@@ -21,7 +21,16 @@ from isosweep.spec.grid import load_sweep
 from isosweep.track import runs
 from isosweep.track.curves import SweepData
 from isosweep.trial.files import TrialDir
-from sweep_helpers import ISOSWEEP, ROOT, children, env_for, record_models, wait_for
+from sweep_helpers import (
+    ISOSWEEP,
+    LOOPBACK_ADDRESSES,
+    ROOT,
+    children,
+    env_for,
+    listeners_while_running,
+    record_models,
+    wait_for,
+)
 
 SMOKE = ROOT / "sweeps" / "smoke.yaml"
 
@@ -49,9 +58,20 @@ def test_make_sweep_smoke_prints_the_frontier_and_fills_mlflow(mlflow_server, tm
     uri, mlflow_env = mlflow_server
     runs_dir, dashboards = tmp_path / "runs", tmp_path / "dashboards"
     command = ["make", "-s", "sweep", "BUDGET=2e3", f"SWEEP={SMOKE}", f"RUNS={runs_dir}", f"DASHBOARDS={dashboards}"]
-    done = subprocess.run(command, cwd=ROOT, env=env_for(mlflow_env), capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    out = done.stdout
+    with open(tmp_path / "out.txt", "w") as stdout, open(tmp_path / "err.txt", "w") as stderr:
+        sweep_proc = subprocess.Popen(command, cwd=ROOT, env=env_for(mlflow_env), stdout=stdout, stderr=stderr, text=True)
+        try:
+            listening = listeners_while_running(sweep_proc)  # every socket its local Ray and trials listened on
+            sweep_proc.wait(timeout=900)
+        finally:
+            sweep_proc.kill()
+    out, err = (tmp_path / "out.txt").read_text(), (tmp_path / "err.txt").read_text()
+    assert sweep_proc.returncode == 0, out[-3000:] + err[-3000:]
+    # nothing listens beyond this machine: Ray's GCS, raylet, workers, agents and dashboard, the trials' torch
+    # process groups -- all on 127.0.0.1 (the names show the sampling saw the sweep's Ray and its trials)
+    assert {(ip, port, name) for ip, port, name in listening if ip not in LOOPBACK_ADDRESSES} == set()
+    names = {name for _, _, name in listening}
+    assert {"gcs_server", "raylet"} <= names and any("RayTrainWorker" in name for name in names), sorted(listening)
     sweep = load_sweep(SMOKE, budget=2000)
     assert f"[sweep] {sweep.sweep_id}: isocompute study, 2 trials at C = 2,000" in out
     assert f"MLflow: {uri}" in out

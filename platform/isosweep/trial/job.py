@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 
 from isosweep.spec.profiles import get_profile, placement_bundles
@@ -36,8 +37,44 @@ RAY_ENV = {
 }
 
 
+LOOPBACK = "127.0.0.1"
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+"""Ray's switch for macOS and Windows, where a local Ray takes 127.0.0.1 as its node address: its GCS,
+raylet, workers, agents and dashboard then bind only to the loopback interface. On Linux Ray otherwise
+takes the machine's network address and listens on every interface, and ``_node_ip_address="127.0.0.1"``
+alone is rewritten to that address (``ray._private.services.resolve_ip_for_localhost``). Ray reads the
+switch when it is imported (``ray._private.ray_constants.ENABLE_RAY_CLUSTER``), so :func:`ray_init` sets
+both, for the processes the local Ray starts, and only while it starts them."""
+
+
+@contextmanager
+def _loopback_only():
+    """Ray's :data:`LOOPBACK_ENV` switch on while a local Ray starts, restored after: a driver that later
+    joins a real cluster from this process must take its network address again."""
+    from ray._private import ray_constants  # Ray: the switch was read at import, possibly before this call
+
+    saved_env = {key: os.environ.get(key) for key in LOOPBACK_ENV}
+    saved_flag = ray_constants.ENABLE_RAY_CLUSTER
+    os.environ.update(LOOPBACK_ENV)
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved_flag
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def ray_init(address: str | None = None, log_to_driver: bool = True) -> bool:
-    """Connect to ``address`` or start a local Ray; returns whether this call started it."""
+    """Connect to ``address`` (or ``$RAY_ADDRESS``, as a Ray job's driver has) or start a local Ray that
+    listens on 127.0.0.1 only (:data:`LOOPBACK_ENV`); returns whether this call started it.
+
+    A local Ray is always a new one (``address="local"``): ``ray.init()`` alone would join a cluster some
+    earlier ``ray start`` left running, on whatever addresses that cluster listens.
+    """
     for key, value in RAY_ENV.items():
         os.environ.setdefault(key, value)
     import ray
@@ -47,8 +84,13 @@ def ray_init(address: str | None = None, log_to_driver: bool = True) -> bool:
     # The dashboard serves Ray's state API. Without it, Ray Train's placement-group cleaner never
     # learns that the controller of a trial Tune stopped (an ASHA or early stop) has died, so the
     # trial's placement group is never removed: its CPUs stay reserved and later trials wait forever.
-    ray.init(address=address, include_dashboard=True, log_to_driver=log_to_driver,
-             runtime_env={"env_vars": {k: os.environ[k] for k in RAY_ENV}})
+    common = {"include_dashboard": True, "log_to_driver": log_to_driver,
+              "runtime_env": {"env_vars": {k: os.environ[k] for k in RAY_ENV}}}
+    if address is not None or os.environ.get("RAY_ADDRESS"):
+        ray.init(address=address, **common)
+    else:
+        with _loopback_only():
+            ray.init(address="local", _node_ip_address=LOOPBACK, dashboard_host=LOOPBACK, **common)
     return True
 
 
@@ -102,7 +144,9 @@ def make_torch_trainer(cfg: TrialConfig, out: Path, tracker=None, callbacks: lis
     gives a worker of its CPU share, one thread on the tiny profile, so packed trials do not
     oversubscribe the cores)."""
     from ray.train import FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchConfig, TorchTrainer
+    from ray.train.torch import TorchTrainer
+
+    from isosweep.trial.loopback import LoopbackTorchConfig  # reason: Ray's torch backend imports torch
 
     profile = get_profile(cfg.profile)
     workers = cfg.trainer.num_workers
@@ -119,7 +163,7 @@ def make_torch_trainer(cfg: TrialConfig, out: Path, tracker=None, callbacks: lis
             # the trainer workers packed: on one node for a one-node profile, on as few as fit otherwise
             placement_strategy=placement_bundles(profile, workers, cfg.rollout.actors)[1],
         ),
-        torch_config=TorchConfig(backend=profile.backend),
+        torch_config=LoopbackTorchConfig(backend=profile.backend),
         run_config=RunConfig(name=f"{name}-{run_id}", storage_path=str(out / "ray"), callbacks=callbacks,
                              failure_config=FailureConfig(max_failures=WORKER_RESTARTS)),
     )
