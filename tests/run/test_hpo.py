@@ -23,7 +23,7 @@ from isosweep.spec.hpo import load_hpo
 from isosweep.track import runs
 from isosweep.trial.files import TrialDir
 from isosweep.trial.loop import train_loop
-from sweep_helpers import ISOSWEEP, ROOT, children, env_for, wait_for
+from sweep_helpers import ISOSWEEP, ROOT, Forwarder, children, env_for, wait_for
 
 SMOKE = ROOT / "sweeps" / "hpo-smoke.yaml"
 EASY = ROOT / "sweeps" / "trials" / "easy.yaml"
@@ -115,11 +115,11 @@ def fake_run(point: dict, value: float, reached: int | None = None) -> None:
     reached = cfg.budget if reached is None else reached
     trial = TrialDir(out)
     if not trial.records():
-        trial.append_record({"step": 0, "rollouts": 0, "eval/mean@4": 0.5})
+        trial.append_record({"step": 0, "rollouts": 0, "tokens": 0, "eval/mean@4": 0.5})
     start = trial.steps()[-1]["step"] if trial.steps() else 0
     for step in range(start + 1, reached // batch + 1):
         trial.append_step({"step": step, "rollouts": step * batch, "train/reward": 0.5})
-    trial.append_record({"step": reached // batch, "rollouts": reached, "eval/mean@4": value})
+    trial.append_record({"step": reached // batch, "rollouts": reached, "tokens": 8 * reached, "eval/mean@4": value})
 
 
 def objective(params: dict, size: str) -> float:
@@ -204,6 +204,62 @@ def test_random_search_runs_at_the_target_fidelity_within_the_budget(mlflow_serv
     assert all(search.ledger.trials[k].size == "tiny-1m" and search.ledger.trials[k].budget == 512 for k in keys)
     assert search.ledger.spent == pytest.approx(3 * study.cost("tiny-1m", 512))
     assert len({json.dumps(search.ledger.trials[k].params) for k in keys}) == 3
+
+
+def test_a_study_whose_mlflow_goes_away_keeps_its_trials_and_logs_them_once_it_answers(mlflow_server, tmp_path,
+                                                                                         monkeypatch):
+    """MLflow down (a real closed socket) while trials finish: the study goes on, the finished trials wait in its
+    saved state, and survive a restart of the driver; MLflow back, the next finished trial brings it up to date --
+    every trial's run (created here: these trials never opened one), its evals, tags and the study's progress,
+    in finishing order, each once."""
+    uri, _ = mlflow_server
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # refused at once, not after minutes of retries
+    proxy = Forwarder(("127.0.0.1", int(uri.rsplit(":", 1)[1])))
+    proxied = f"http://127.0.0.1:{proxy.port}"
+    study = unit_study(tmp_path)
+    parent = parent_run(uri, study)
+    lines: list[str] = []
+    first = StudySearch(study, make_searcher(study), tmp_path, proxied, parent, log=lines.append)
+    for i in range(5):
+        if i == 2:
+            proxy.down()
+        point = first.suggest(f"a-{i}")["trial"]
+        entry = first.ledger.trials[point["key"]]
+        fake_run(point, objective(entry.params, entry.size))
+        first.on_trial_complete(f"a-{i}", {"time_total_s": 7.0})
+    keys = list(first.ledger.trials)
+    assert [item["key"] for item in first.unlogged] == keys[2:] and [item["point"] for item in first.unlogged] == [2, 3, 4]
+    assert sum("did not answer" in line for line in lines) == 3
+    client = runs.client(uri)
+    assert sorted(r.data.tags[runs.TRIAL_TAG] for r in children(client, study.sweep_id)) == sorted(keys[:2])
+    assert len(client.get_metric_history(parent, "hpo/spent")) == 2
+
+    # the driver restarts while MLflow is still down: what MLflow lacks is in the saved state
+    again = StudySearch(study, make_searcher(study), tmp_path, proxied, parent, log=lines.append)
+    again.load_state(json.loads((tmp_path / STATE_FILE).read_text()))
+    assert again.unlogged == first.unlogged and not again.settle()
+    proxy.up()
+    try:
+        point = again.suggest("b-0")["trial"]
+        entry = again.ledger.trials[point["key"]]
+        fake_run(point, objective(entry.params, entry.size))
+        again.on_trial_complete("b-0", {"time_total_s": 7.0})
+    finally:
+        proxy.down()
+    assert again.unlogged == [] and json.loads((tmp_path / STATE_FILE).read_text())["unlogged"] == []
+
+    found = {r.data.tags[runs.TRIAL_TAG]: r for r in children(client, study.sweep_id)}
+    assert sorted(found) == sorted(again.ledger.trials)
+    for key, entry in again.ledger.trials.items():
+        run = found[key]
+        assert run.info.status == "FINISHED" and run.data.tags["isosweep.stop_reason"] == entry.stop_reason
+        assert run.data.tags["isosweep.fidelity.size"] == entry.size
+        assert run.data.params["model.name"] == entry.size and run.data.params["budget"] == str(entry.budget)
+        records = TrialDir(tmp_path / "trials" / key).records()
+        history = sorted(client.get_metric_history(run.info.run_id, "eval/mean_at_4"), key=lambda m: m.step)
+        assert [(m.step, m.value) for m in history] == [(r["rollouts"], r["eval/mean@4"]) for r in records]
+    spent = sorted(client.get_metric_history(parent, "hpo/spent"), key=lambda m: m.step)
+    assert [(m.step, m.value) for m in spent] == [(i + 1, p["spent"]) for i, p in enumerate(again.ledger.trajectory)]
 
 
 # ------------------------------------------------------------------------------ end to end

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mlflow.exceptions import MlflowException
 from ray.tune.search import Searcher
 
 from isosweep.hpo.ledger import StudyLedger, TrialEntry
@@ -66,6 +67,9 @@ class StudySearch(Searcher):
         self.ledger = StudyLedger(study)
         self.tune_ids: dict[str, str] = {}  # Tune trial id -> our trial key
         self.queue: list[str] = []  # trials to re-issue after a restart
+        self.unlogged: list[dict[str, Any]] = []
+        """Finished trials MLflow has not taken yet (it did not answer): ``key``, ``point`` (their index in the
+        ledger's trajectory), ``reason`` (the stop's detail); saved with the state, retried by :meth:`settle`."""
         self._client = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -80,7 +84,7 @@ class StudySearch(Searcher):
 
     # -- state --------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
-        return {"inner": self.inner.get_state(), **self.ledger.state()}
+        return {"inner": self.inner.get_state(), **self.ledger.state(), "unlogged": self.unlogged}
 
     def save_state(self) -> None:
         write_json_state(self.sweep_out / STATE_FILE, self.state())
@@ -89,6 +93,7 @@ class StudySearch(Searcher):
         self.inner.set_state(state["inner"])
         self.ledger.load(state)
         self.queue = [t.key for t in self.ledger.running]
+        self.unlogged = list(state.get("unlogged", []))  # a study saved before MLflow outages were kept
 
     def save(self, checkpoint_path: str) -> None:  # Tune's experiment checkpoint
         write_json_state(checkpoint_path, self.state())
@@ -190,6 +195,31 @@ class StudySearch(Searcher):
                         out=str(trial_of(self.sweep_out, entry.key).path), sweep_id=self.study.sweep_id,
                         parent_run_id=self.parent_id, tracking_uri=self.uri, tags=tags)
 
+    # -- MLflow --------------------------------------------------------------------------------
+    def settle(self) -> bool:
+        """Give MLflow the finished trials it lacks, in the order they finished: each trial's child run
+        (created if MLflow was down when the trial started), caught up to its files, tagged and closed, and
+        the study's progress at that trial's end on the parent run. A server that does not answer stops
+        nothing: what is left is kept in the state and retried at the next finished trial, at the end of
+        the study and by the next run of the same command. Returns whether MLflow holds every finished trial."""
+        while self.unlogged:
+            item = self.unlogged[0]
+            entry = self.ledger.trials[item["key"]]
+            job = self.job(entry)
+            try:
+                runs.close_hpo_trial(self.client, self.uri, self.parent_id, job.sweep_id, job.cfg, job.config_key,
+                                     job.tags, entry, item["reason"], trial_of(self.sweep_out, entry.key),
+                                     self.study.k)
+                runs.log_hpo_progress(self.client, self.parent_id, self.study.spec.metric, entry,
+                                      self.ledger.trajectory[:item["point"] + 1])
+            except (MlflowException, OSError) as err:  # what a server that does not answer raises, after retries
+                self.log(f"[hpo] MLflow at {self.uri} did not answer ({type(err).__name__}); {len(self.unlogged)} "
+                         f"finished trial(s) kept on disk, logged when it answers")
+                return False
+            self.unlogged.pop(0)
+            self.save_state()
+        return True
+
     # -- results ------------------------------------------------------------------------------
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         key = self.tune_ids.get(trial_id)
@@ -234,9 +264,10 @@ class StudySearch(Searcher):
             if records:
                 final[self.study.metric] = entry.value
             self.inner.on_trial_complete(entry.inner_id, self._as_gain(key, final), error=error and not records)
+        self.unlogged.append({"key": key, "point": len(self.ledger.trajectory) - 1,
+                              "reason": str(reason)[:5000] if reason is not None else None})
         self.save_state()
-        runs.close_hpo_trial(self.client, self.uri, self.study.sweep_id, entry, reason, trial, self.study.k)
-        runs.log_hpo_progress(self.client, self.parent_id, self.study.spec.metric, entry, self.ledger.trajectory)
+        self.settle()
         incumbent = self.ledger.incumbent()
         shown = f"{entry.value:.3f}" if entry.value is not None else "no eval"
         study = self.study
@@ -321,6 +352,7 @@ def _run_locked(study: HPOStudy, sweep_out: Path, uri: str, dashboards: str | Pa
                            f"afresh: move {sweep_out} away, or give the study another sweep_id.")
     if state_file.exists():
         search.restore(str(state_file))
+        search.settle()  # trials an earlier run finished while MLflow was down
     ledger = search.ledger
     log(f"[hpo] {study.sweep_id}: {spec.search} over {', '.join(study.space.names)}; sizes "
         f"{' < '.join(study.space.sizes)} (target {study.target}), budgets {study.space.budget_min:,}..{study.budget:,} "
@@ -339,9 +371,11 @@ def _run_locked(study: HPOStudy, sweep_out: Path, uri: str, dashboards: str | Pa
         progress = Progress(StudyProgress(search), sweep_out, log, progress_every_s, "hpo", uri=uri)
         run_trials(sweep_out, [probe], study.path, address, progress, log, "hpo", limit=spec.max_trials,
                    stop=stopper, search_alg=search, scheduler=scheduler, num_samples=-1)
+    logged = search.settle()
     if not ledger.finished or ledger.running:
         search.save_state()
-        client.update_run(parent_id, status="KILLED")
+        if logged:
+            client.update_run(parent_id, status="KILLED")
         log(f"[hpo] interrupted: {len(ledger.trials)} trials so far, {len(ledger.running)} unfinished, "
             f"{ledger.spent:,.0f} of {study.study_budget:,.0f} spent; run the same command again to continue")
         return None
@@ -351,11 +385,17 @@ def _run_locked(study: HPOStudy, sweep_out: Path, uri: str, dashboards: str | Pa
     out = sweep_out / "hpo"
     copies = dashboards and Path(dashboards) / spec.name
     files = write_summary(result, out, copies)
-    runs.log_hpo_summary(client, parent_id, result, files)
+    if logged:
+        try:
+            runs.log_hpo_summary(client, parent_id, result, files)
+            client.set_terminated(parent_id, status="FINISHED")
+        except (MlflowException, OSError):  # what a server that does not answer raises, after retries
+            logged = False
     log("")
     log(table_text(result))
     log("")
     log(f"[hpo] summary, table and plot: {out}" + (f" and {copies}" if copies else "")
-        + f"; in MLflow on parent run {parent_id} (artifacts/hpo, metric hpo/incumbent over spent compute)")
-    client.set_terminated(parent_id, status="FINISHED")
+        + (f"; in MLflow on parent run {parent_id} (artifacts/hpo, metric hpo/incumbent over spent compute)" if logged
+           else f"; MLflow at {uri} did not answer, so the study is finished on disk only: run the same command "
+                f"again once it answers to log it (no trial is rerun)"))
     return result

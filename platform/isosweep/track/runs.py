@@ -634,21 +634,29 @@ def register_frontier(mlflow_client, sweep_id: str, analysis) -> list[dict]:
 # ------------------------------------------------------------------------------- HPO studies
 
 
-def close_hpo_trial(mlflow_client, uri: str, sweep_id: str, entry, reason, trial, k: int) -> None:
+def close_hpo_trial(mlflow_client, uri: str, parent_id: str, sweep_id: str, cfg, config_key: str, tags: dict,
+                    entry, reason: str | None, trial, k: int) -> None:
     """Tag a finished HPO trial's child run (stop reason, cost; ``entry`` is its
     :class:`isosweep.hpo.ledger.TrialEntry`) and close it, caught up to its files (``trial``) first:
-    a stopped trial's function was ended before it could close its run itself."""
+    a stopped trial's function was ended before it could close its run itself. A trial that never
+    opened its run (MLflow was down when it started) gets one here: ``cfg``, ``config_key`` and ``tags``
+    (its fidelity and promotion) are what its trial function would have given it."""
     run = find_child(mlflow_client, sweep_id, entry.key)
     if run is None:
-        return
-    tags = {"isosweep.stop_reason": entry.stop_reason, "isosweep.hpo.cost": f"{entry.cost:.1f}",
+        run_id = open_child(mlflow_client, parent_id, sweep_id, entry.key, cfg, config_key)
+        for name, value in tags.items():
+            mlflow_client.set_tag(run_id, name, value)
+        run = mlflow_client.get_run(run_id)
+    stop = {"isosweep.stop_reason": entry.stop_reason, "isosweep.hpo.cost": f"{entry.cost:.1f}",
             "isosweep.hpo.reached_rollouts": str(entry.reached)}
     if reason is not None:
-        tags["isosweep.stop_detail"] = str(reason)[:5000]
-    for name, value in tags.items():
+        stop["isosweep.stop_detail"] = str(reason)[:5000]
+    for name, value in stop.items():
         mlflow_client.set_tag(run.info.run_id, name, value)
     if run.info.status == "RUNNING":
-        TrialLogger(uri, run.info.run_id, trial, k).catch_up()
+        logger = TrialLogger(uri, run.info.run_id, trial, k)
+        if logger.catch_up() < 0:
+            raise OSError(f"MLflow at {uri} did not take the records of {entry.key}")
         mlflow_client.set_terminated(run.info.run_id, status="FAILED" if entry.status == "failed" else "FINISHED")
 
 
