@@ -27,7 +27,9 @@ import subprocess
 import sys
 import time
 import webbrowser
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from isosweep.models.sizes import SIZES
 from isosweep.report.studies import write_report as write_study_report
@@ -66,10 +68,24 @@ def _models_build(args: argparse.Namespace) -> None:
               f"eval pass@1 by level {report['eval_pass@1']}  {path}")
 
 
+def comma_list(kind: Callable[[str], Any]) -> Callable[[str], list]:
+    """An argparse type: ``"a,b"`` -> ``[kind("a"), kind("b")]``."""
+    def parse(text: str) -> list:
+        items = [part.strip() for part in text.split(",") if part.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError("give at least one value, comma-separated")
+        try:
+            return [kind(item) for item in items]
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+    return parse
+
+
 def _ais_study(args: argparse.Namespace) -> None:
     from isosweep.experiments.ais_study import run_study  # torch, Ray, DeepSpeed
 
-    rows = run_study(args.out, args.budget, extra=args.set, address=args.address)
+    rows = run_study(args.out, args.budget, extra=args.set, address=args.address, arms=tuple(args.arms),
+                     sets=tuple(args.sets), seeds=tuple(args.seeds))
     print((Path(args.out) / "table.md").read_text())
     print(f"[ais-study] {len(rows)} arms; table, alpha trace and plot in {args.out}")
 
@@ -251,6 +267,11 @@ def main(argv: list[str] | None = None) -> int:
     study.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every arm")
     study.add_argument("--out", default="dashboards/ais-study", help="output directory (default: dashboards/ais-study)")
     study.add_argument("--address", default=None, help="Ray cluster to join; default: a local Ray per arm")
+    study.add_argument("--arms", type=comma_list(str), default=["bf16", "fp8+none", "fp8+tis", "fp8+ais"],
+                       help="arms, <precision>[+<correction>] (precision bf16, fp8, int8, int6, int4, int3, int2; "
+                            "correction none, tis, ais); default: bf16,fp8+none,fp8+tis,fp8+ais")
+    study.add_argument("--sets", type=comma_list(str), default=["easy", "hard"], help="default: easy,hard")
+    study.add_argument("--seeds", type=comma_list(int), default=[0], help="training seeds, e.g. 0,1 (default: 0)")
     study.set_defaults(run=_ais_study)
 
     pilot = commands.add_parser("calibrate", help="the learning-rate pilot behind the default lr_ref "

@@ -13,10 +13,13 @@ from isosweep.models.family import qwen2_config
 from isosweep.models.tokenizer import char_tokenizer
 from isosweep.rollout.fp8 import (
     FP8_MAX,
+    INT_BITS,
     MIN_SCALE,
     fp8_roundtrip,
     fp8_state_dict,
+    int_roundtrip,
     is_linear_weight,
+    rounded_state_dict,
 )
 
 DTYPES = [torch.float32, torch.bfloat16]
@@ -127,3 +130,68 @@ def test_state_dict_rounds_linear_weights_only(dtype: torch.dtype) -> None:
             assert rounded[name] is tensor, name
     only_q = fp8_state_dict(state, is_linear=lambda name, t: name.endswith("q_proj.weight"))
     assert {n for n in state if only_q[n] is not state[n]} == {n for n in state if n.endswith("q_proj.weight")}
+
+
+# ------------------------------------------------------------------ integer grids (the rollout-error ladder)
+
+
+def int_loop_reference(weight: torch.Tensor, bits: int) -> torch.Tensor:
+    """Each element snapped, one at a time, to the nearest point of its row's grid {-top..top} * step,
+    step = amax / top; a tie (bfloat16 weights land exactly half-way) goes to the even grid index."""
+    top = 2 ** (bits - 1) - 1
+    out = torch.zeros(weight.shape, dtype=torch.float64)
+    for i, row in enumerate(weight.to(torch.float64)):
+        amax = float(row.abs().max())
+        if amax == 0:
+            continue
+        step = amax / top
+        for j, w in enumerate(row.tolist()):
+            distance = {q: abs(w / step - q) for q in range(-top, top + 1)}
+            nearest = min(distance.values())
+            q = min((q for q, d in distance.items() if d == nearest), key=lambda q: q % 2)
+            out[i, j] = q * step
+    return out.to(weight.dtype)
+
+
+@pytest.mark.parametrize("bits", [8, 4, 3, 2])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_int_roundtrip_matches_loop_reference(dtype: torch.dtype, bits: int) -> None:
+    for seed in SEEDS:
+        weight = (torch.randn(5, 9, generator=torch.Generator().manual_seed(seed)) * 0.1).to(dtype)
+        assert torch.equal(int_roundtrip(weight, bits), int_loop_reference(weight, bits))
+
+
+@pytest.mark.parametrize("bits", [8, 6, 4, 3, 2])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_int_roundtrip_error_levels_and_idempotence(dtype: torch.dtype, bits: int) -> None:
+    top = 2 ** (bits - 1) - 1
+    for seed in SEEDS:
+        weight = (torch.randn(6, 40, generator=torch.Generator().manual_seed(seed)) * 0.05).to(dtype)
+        rounded = int_roundtrip(weight, bits)
+        wide, back = weight.to(torch.float64), rounded.to(torch.float64)
+        scale = wide.abs().amax(dim=-1, keepdim=True) / top
+        slack = 2.0 ** -8 * wide.abs().amax(dim=-1, keepdim=True) if dtype == torch.bfloat16 else 1e-6 * scale
+        assert ((back - wide).abs() <= scale / 2 + slack).all()  # at most half a step (plus the dtype's rounding)
+        assert torch.equal(back.abs().amax(dim=-1), wide.abs().amax(dim=-1))  # each row's largest magnitude kept
+        assert all(len(set(row.tolist())) <= 2 * top + 1 for row in back)
+        assert torch.equal(int_roundtrip(rounded, bits), rounded)
+
+
+def test_fewer_bits_move_the_weights_further() -> None:
+    weight = torch.randn(64, 64, generator=torch.Generator().manual_seed(0)) * 0.05
+    errors = [float((int_roundtrip(weight, INT_BITS[name]) - weight).abs().mean()) for name in ("int8", "int4", "int3", "int2")]
+    assert errors == sorted(errors) and errors[0] > 0
+    assert float((fp8_roundtrip(weight) - weight).abs().mean()) < errors[1]  # fp8 is milder than int4
+
+
+def test_rounded_state_dict_picks_the_precision_and_rejects_unknown_ones() -> None:
+    state = {"model.layers.0.mlp.up_proj.weight": torch.randn(8, 4), "model.embed_tokens.weight": torch.randn(8, 4)}
+    assert all(torch.equal(a, b) for a, b in zip(rounded_state_dict(state, "bf16").values(), state.values()))
+    int4 = rounded_state_dict(state, "int4")
+    assert torch.equal(int4["model.layers.0.mlp.up_proj.weight"], int_roundtrip(state["model.layers.0.mlp.up_proj.weight"], 4))
+    assert int4["model.embed_tokens.weight"] is state["model.embed_tokens.weight"]
+    assert torch.equal(rounded_state_dict(state, "fp8")["model.layers.0.mlp.up_proj.weight"],
+                       fp8_roundtrip(state["model.layers.0.mlp.up_proj.weight"]))
+    with pytest.raises(ValueError, match="int5"):
+        rounded_state_dict(state, "int5")
+

@@ -22,7 +22,7 @@ from typing import Literal, Protocol
 import torch
 from torch import Tensor
 
-from isosweep.rollout.fp8 import fp8_state_dict
+from isosweep.rollout.fp8 import rounded_state_dict
 
 WeightSyncMode = Literal["shm", "nccl"]
 """How weights reach rollout actors: Ray's object store (shared memory on one node) or NCCL broadcast."""
@@ -84,9 +84,8 @@ class TemplatedEngine:
 
 def round_weights(state_dict: Mapping[str, Tensor], precision: str) -> dict[str, Tensor]:
     """The rollout copy of the weights at ``precision``: ``bf16`` rounds every tensor to bfloat16,
-    ``fp8`` additionally rounds linear weights through float8_e4m3fn (per-output-channel scale).
-    Tensors keep their dtype, so the engine computes in its own precision on rounded values."""
+    ``fp8`` additionally rounds linear weights through float8_e4m3fn (per-output-channel scale), ``int8``
+    ... ``int2`` to that many bits (:func:`isosweep.rollout.fp8.rounded_state_dict`). Tensors keep their
+    dtype, so the engine computes in its own precision on rounded values."""
     rounded = {k: v.to(torch.bfloat16).to(v.dtype) if v.is_floating_point() else v for k, v in state_dict.items()}
-    if precision == "fp8":
-        rounded = fp8_state_dict(rounded)
-    return rounded
+    return rounded_state_dict(rounded, precision)

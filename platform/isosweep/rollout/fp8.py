@@ -11,6 +11,13 @@ input dtype instead of being applied through the scaled matmul.
 
 The arithmetic is done in float64 so that the max of each row survives the round trip exactly;
 that makes the round trip idempotent and exactly equivariant under power-of-two scaling.
+
+A ladder of larger rollout errors, for studying importance-sampling corrections where FP8 is too
+mild to hurt: ``int_roundtrip`` rounds a weight to a symmetric ``bits``-bit integer grid with one
+scale per output channel (``scale = amax(|row|) / (2^(bits-1) - 1)``, round to nearest), the
+weight-only "fake quantization" of GPTQ/AWQ-style int8/int4 serving without their error
+compensation. ``rounded_state_dict`` applies the precision a trial names (``fp8``, ``int8`` ...
+``int2``) to the linear weights; every engine serves the rounded weights in bf16.
 """
 
 from __future__ import annotations
@@ -78,3 +85,38 @@ def fp8_state_dict(
     """
     pick = is_linear or is_linear_weight
     return {name: fp8_roundtrip(t) if pick(name, t) else t for name, t in state_dict.items()}
+
+
+INT_BITS = {"int8": 8, "int6": 6, "int4": 4, "int3": 3, "int2": 2}
+"""Integer rollout precisions and their bits (weights only, per-output-channel symmetric)."""
+
+
+def int_roundtrip(weight: Tensor, bits: int) -> Tensor:
+    """Round a weight to a symmetric ``bits``-bit integer grid, one scale per output channel, and back.
+
+    ``scale = amax(|row|) / (2^(bits-1) - 1)``; each element becomes ``round(w / scale) * scale``, so it
+    moves by at most half a step, ``scale / 2``, and each row's largest magnitude is kept exactly. Rows of
+    zeros stay zero. Same shape and dtype as ``weight``.
+    """
+    if bits < 2:
+        raise ValueError(f"bits must be >= 2, got {bits}")
+    top = 2 ** (bits - 1) - 1
+    wide = weight.to(torch.float64)
+    amax = wide.abs().amax(dim=-1, keepdim=True)
+    scale = torch.where(amax > 0, amax / top, torch.ones_like(amax))
+    return ((wide / scale).round().clamp(-top, top) * scale).to(weight.dtype)
+
+
+def rounded_state_dict(state_dict: Mapping[str, Tensor], precision: str,
+                       is_linear: Callable[[str, Tensor], bool] | None = None) -> dict[str, Tensor]:
+    """``state_dict`` with its linear weights rounded to ``precision``: ``fp8`` (:func:`fp8_roundtrip`),
+    one of :data:`INT_BITS` (:func:`int_roundtrip`), or ``bf16`` (nothing rounded here)."""
+    if precision == "bf16":
+        return dict(state_dict)
+    if precision == "fp8":
+        return fp8_state_dict(state_dict, is_linear)
+    if precision not in INT_BITS:
+        raise ValueError(f"precision must be bf16, fp8 or one of {', '.join(INT_BITS)}; got {precision!r}")
+    pick = is_linear or is_linear_weight
+    bits = INT_BITS[precision]
+    return {name: int_roundtrip(t, bits) if pick(name, t) else t for name, t in state_dict.items()}

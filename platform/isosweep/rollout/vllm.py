@@ -24,6 +24,10 @@ Precision (``precision="fp8"``):
   grid (:func:`isosweep.rollout.fp8.fp8_state_dict`) and served in bf16, from version 0 on: the rollout
   policy then differs from the trainer's by the FP8 weight error only; activations stay bf16.
 
+Integer precisions (``int8`` ... ``int2``, a ladder of larger rollout errors for correction studies): the
+weights are rounded to that many bits per output channel (:func:`isosweep.rollout.fp8.int_roundtrip`)
+and served in bf16, on a GPU too; weight-only emulation, needing ``weight_sync="shm"``.
+
 ``spawn_rollout_actor`` runs the engine as a Ray actor outside the caller's placement group.
 """
 
@@ -35,7 +39,7 @@ import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import torch
 from safetensors.torch import save_file
@@ -44,12 +48,12 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from isosweep.rollout import vllm_available  # noqa: F401  (re-exported: "is the vllm engine usable here?")
 from isosweep.rollout.base import Rollouts, WeightSyncMode
-from isosweep.rollout.fp8 import fp8_state_dict
+from isosweep.rollout.fp8 import INT_BITS, rounded_state_dict
 
 if TYPE_CHECKING:
     from ray.actor import ActorHandle
 
-Precision = Literal["bf16", "fp8"]
+Precision = Literal["bf16", "fp8", "int8", "int6", "int4", "int3", "int2"]
 
 CPU_ENV = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # engine core in this process: starts in about half the time
@@ -156,8 +160,11 @@ class VLLMEngine:
     ):
         """Start the engine (seconds to minutes). ``gpu=None`` means ``torch.cuda.is_available()``;
         ``weight_sync="nccl"`` (GPUs only) readies the workers for :mod:`isosweep.weight_sync`."""
-        if precision not in ("bf16", "fp8"):
-            raise ValueError(f"precision must be 'bf16' or 'fp8', got {precision!r}")
+        if precision not in get_args(Precision):
+            raise ValueError(f"precision must be one of {', '.join(get_args(Precision))}, got {precision!r}")
+        if precision in INT_BITS and weight_sync == "nccl":
+            raise ValueError(f"precision {precision!r} is emulated by rounding the weights sent through shared "
+                             f"memory; it needs weight_sync 'shm'")
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         if weight_sync not in ("shm", "nccl"):
@@ -179,7 +186,7 @@ class VLLMEngine:
         self.llm = LLM(**llm_kwargs(model_path, precision, seed, self.gpu,
                                     getattr(config, "max_position_embeddings", None), engine_kwargs, weight_sync))
         self.policy_version = 0
-        if precision == "fp8" and not self.gpu:
+        if self.rounds_weights:
             base = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16, use_safetensors=True)
             self.update_weights(base.state_dict(), version=0)
 
@@ -196,8 +203,8 @@ class VLLMEngine:
         skipped = self.skipped_weights()
         state = {name: tensor.detach().to("cpu", torch.bfloat16)
                  for name, tensor in state_dict.items() if name not in skipped}
-        if self.precision == "fp8" and not self.gpu:
-            state = fp8_state_dict(state)
+        if self.rounds_weights:
+            state = rounded_state_dict(state, self.precision)
         nbytes = sum(t.numel() * t.element_size() for t in state.values())
         with tempfile.TemporaryDirectory(prefix="isosweep-weights-", dir=staging_root(nbytes)) as directory:
             save_file({name: t.contiguous() for name, t in state.items()}, str(Path(directory) / "model.safetensors"))
@@ -205,6 +212,12 @@ class VLLMEngine:
         # Cached prompt KV blocks were computed by the old weights.
         self.llm.reset_prefix_cache()
         self.policy_version = version
+
+    @property
+    def rounds_weights(self) -> bool:
+        """Whether this engine rounds the weights it serves itself: FP8 on a CPU (no FP8 kernels) and the
+        integer precisions everywhere (vLLM has no online int-k quantization of bf16 weights)."""
+        return (self.precision == "fp8" and not self.gpu) or self.precision in INT_BITS
 
     def skipped_weights(self) -> list[str]:
         """State-dict names the engine does not load: ``lm_head.weight`` with tied embeddings (the head

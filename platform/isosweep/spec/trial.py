@@ -140,9 +140,12 @@ class RolloutConfig(Section):
     """Rollout engine: ``vllm`` (Ray actors serving vLLM), ``hf`` (an in-process Hugging Face model
     per trainer worker) or ``auto`` (the default: what measures fastest for the model and hardware,
     see :func:`rollout_engine`; the trial log says which and why)."""
-    precision: Literal["bf16", "fp8"] = "bf16"
+    precision: Literal["bf16", "fp8", "int8", "int6", "int4", "int3", "int2"] = "bf16"
     """Rollout weights: ``bf16``, or ``fp8`` (vLLM ``quantization="fp8"`` on GPU; on CPU every linear
-    weight is rounded through float8_e4m3fn with a per-output-channel scale, activations stay bf16)."""
+    weight is rounded through float8_e4m3fn with a per-output-channel scale, activations stay bf16), or
+    ``int8`` ... ``int2``: every linear weight rounded to that many bits (symmetric, per output channel)
+    and served in bf16 on any engine -- a ladder of rollout errors for studying the TIS/AIS corrections,
+    not a serving mode (weight-only emulation)."""
     actors: int = Field(1, gt=0)
     """Rollout actors (vLLM engines) per trial; prompts are split evenly across them."""
     temperature: float = Field(1.0, gt=0)
@@ -255,6 +258,10 @@ class TrialConfig(Section):
         if self.model.name in SIZES and self.task.prompt_format == "chat":
             raise ValueError(f"task.prompt_format 'chat' needs a chat template, and the tiny model {self.model.name!r} "
                              "has none; allowed with a tiny model: raw or auto")
+        if self.rollout.precision.startswith("int") and get_profile(self.profile).weight_sync == "nccl":
+            raise ValueError(f"rollout.precision {self.rollout.precision!r} is emulated by rounding the weights the "
+                             f"trainer sends through shared memory, and profile {self.profile!r} syncs weights over "
+                             "NCCL; allowed with it: bf16 or fp8")
         if self.n < 2:
             raise ValueError("n must be at least 2: group-relative advantages need two samples per problem")
         if self.Bp % self.trainer.num_workers:
