@@ -203,3 +203,69 @@ def test_sweeps_pooled_into_one_analysis_are_counted_once(tmp_path):
     assert "sweeps `s-100k-aaa`, `s1-100k-bbb` pooled" in studies[0].label()
     report = S.build_report(tmp_path)
     assert "sweep `s1-100k-bbb`: its trials are pooled into `s` and counted there" in report
+
+
+# ------------------------------------------------------------------------------ the AIS claim on the ladder
+
+
+def write_ladder(dashboards: Path, rows: list[tuple[str, str, str, float, float]]) -> None:
+    folder = dashboards / "ais-ladder"
+    folder.mkdir(parents=True)
+    lines = ["set,arm,seed,diff,se"] + [",".join(str(x) for x in row) for row in rows]
+    (folder / "vs_bf16.csv").write_text("\n".join(lines) + "\n")
+
+
+def arm(name: str, seeds: tuple[float, float], se: float = 0.01) -> list[tuple]:
+    """Two seeds' differences and their pooled mean, each seed with standard error ``se``."""
+    return [("easy", name, 0, seeds[0], se), ("easy", name, 1, seeds[1], se),
+            ("easy", name, "all", sum(seeds) / 2, math.sqrt(2 * se ** 2) / 2)]
+
+
+def test_ais_is_judged_at_the_mildest_precision_where_naive_training_loses(tmp_path):
+    # int4 loses in the pooled mean but not in both seeds; int3 loses in both: the test is at int3
+    write_ladder(tmp_path, arm("int4", (-0.05, 0.004)) + arm("int3", (-0.06, -0.05)) + arm("int2", (-0.3, -0.3))
+                 + arm("int3+ais", (-0.005, 0.002)))
+    claim = S.ais_claim(tmp_path)
+    assert claim.verdict == S.SUPPORTED
+    assert "naive training first loses at int3" in claim.evidence[-1] and "AIS matches bf16" in claim.evidence[-1]
+
+
+def test_ais_that_loses_too_contradicts_and_no_loss_leaves_it_open(tmp_path):
+    write_ladder(tmp_path / "a", arm("int3", (-0.06, -0.05)) + arm("int3+ais", (-0.04, -0.05)))
+    assert S.ais_claim(tmp_path / "a").verdict == S.CONTRADICTED
+    write_ladder(tmp_path / "b", arm("int4", (-0.01, 0.01)) + arm("int3", (0.0, -0.005)))
+    claim = S.ais_claim(tmp_path / "b")
+    assert claim.verdict == S.UNRESOLVED and "loses to bf16 at no precision" in claim.evidence[-1]
+    write_ladder(tmp_path / "c", arm("int3", (-0.06, -0.05)))  # the loss found, no AIS arm yet
+    claim = S.ais_claim(tmp_path / "c")
+    assert claim.verdict == S.UNRESOLVED and "no int3+ais arm yet" in claim.evidence[-1] and claim.needs
+    claim = S.ais_claim(tmp_path / "none")
+    assert claim.verdict == S.UNRESOLVED and "ais-ladder" in claim.needs
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_paired_differences_to_bf16_match_a_loop_over_problems(seed):
+    from isosweep.experiments.ais_study import paired_vs_bf16
+
+    rng = np.random.default_rng(seed)
+    samples, problems = 8, 40
+    rows = []
+    for s in (0, 1):
+        for name in ("bf16", "int3", "int3+ais"):
+            counts = rng.integers(0, samples + 1, problems).tolist()
+            rows.append({"set": "easy", "arm": name, "seed": s,
+                         "_records": [{"eval_correct": counts, "eval_samples": samples}]})
+    found = {(d["arm"], d["seed"]): d for d in paired_vs_bf16(rows)}
+    assert set(found) == {(a, s) for a in ("int3", "int3+ais") for s in (0, 1, "all")}
+    for name in ("int3", "int3+ais"):
+        per_seed = []
+        for s in (0, 1):
+            a = next(r for r in rows if r["arm"] == name and r["seed"] == s)["_records"][-1]["eval_correct"]
+            b = next(r for r in rows if r["arm"] == "bf16" and r["seed"] == s)["_records"][-1]["eval_correct"]
+            d = np.array(a, float) / samples - np.array(b, float) / samples
+            se = d.std(ddof=1) / math.sqrt(problems)
+            assert found[(name, s)]["diff"] == pytest.approx(d.mean(), abs=1e-12)
+            assert found[(name, s)]["se"] == pytest.approx(se, abs=1e-12)
+            per_seed.append((d.mean(), se))
+        assert found[(name, "all")]["diff"] == pytest.approx(np.mean([m for m, _ in per_seed]), abs=1e-12)
+        assert found[(name, "all")]["se"] == pytest.approx(math.hypot(*[e for _, e in per_seed]) / 2, abs=1e-12)

@@ -9,7 +9,7 @@ set, one seed. Rollouts come from vLLM where it is installed: the mismatch under
 engine's, so ``auto`` (the in-process engine for tiny models on CPU) is not used.
 
 The study writes, under its output directory: ``table.csv`` / ``table.md`` (per arm and seed: final and
-best eval mean@k, mean mismatch, mean alpha early and late), ``vs_bf16.md`` (per arm, the final mean@k
+best eval mean@k, mean mismatch, mean alpha early and late), ``vs_bf16.md`` / ``vs_bf16.csv`` (per arm, the final mean@k
 minus the bf16 arm's of the same seed and set, paired over the same eval problems, with its standard
 error), ``alpha.csv`` (alpha per step of every arm) and ``ais_study.png``.
 
@@ -119,7 +119,7 @@ def paired_vs_bf16(rows: list[dict]) -> list[dict]:
 
 
 def write_outputs(out: Path, rows: list[dict]) -> None:
-    """``table.csv``, ``table.md``, ``vs_bf16.md``, ``alpha.csv`` and ``ais_study.png``."""
+    """``table.csv``, ``table.md``, ``vs_bf16.md``, ``vs_bf16.csv``, ``alpha.csv`` and ``ais_study.png``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -141,6 +141,10 @@ def write_outputs(out: Path, rows: list[dict]) -> None:
     lines += [f"| {d['set']} | {d['arm']} | {d['seed']} | {d['diff']:+.4f} | {d['se']:.4f} | {d['diff'] / d['se']:+.1f} |"
               for d in paired if d["se"] > 0]
     (out / "vs_bf16.md").write_text("\n".join(lines) + "\n")
+    with open(out / "vs_bf16.csv", "w", newline="") as f:  # what the study report reads
+        writer = csv.DictWriter(f, fieldnames=["set", "arm", "seed", "diff", "se"])
+        writer.writeheader()
+        writer.writerows(paired)
     with open(out / "alpha.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["set", "arm", "seed", "step", "rollouts", "alpha", "logp_abs_diff"])
