@@ -16,8 +16,8 @@ class Recorder:
         return Rollouts([[1]] * len(prompts) * n, [[2]] * len(prompts) * n, [[0.0]] * len(prompts) * n,
                         ["4"] * len(prompts) * n, self.policy_version)
 
-    def update_weights(self, state_dict, version):
-        self.weights, self.policy_version = state_dict, version
+    def update_weights(self, state_dict, version, at_precision=True):
+        self.weights, self.policy_version, self.at_precision = state_dict, version, at_precision
 
 
 def test_prompts_are_templated_and_weights_and_versions_pass_through():
@@ -27,4 +27,6 @@ def test_prompts_are_templated_and_weights_and_versions_pass_through():
     assert inner.prompts == [["<user>2+2=<assistant>", "<user>3+3=<assistant>"]]
     assert rollouts.texts == ["4"] * 4  # completions come back as the engine made them
     engine.update_weights({"w": 1}, version=3)
-    assert inner.weights == {"w": 1} and engine.policy_version == inner.policy_version == 3
+    assert inner.weights == {"w": 1} and engine.policy_version == inner.policy_version == 3 and inner.at_precision
+    engine.update_weights({"w": 2}, version=4, at_precision=False)  # an evaluation's bf16 weights pass through too
+    assert inner.weights == {"w": 2} and inner.policy_version == 4 and inner.at_precision is False

@@ -56,9 +56,9 @@ def test_every_rollout_uses_the_weights_of_the_step_it_feeds(base_model, tmp_pat
 class _DroppedUpdates(HFEngine):
     """A rollout engine that loses weight updates (the fault the version counter must catch)."""
 
-    def update_weights(self, state_dict, version):
+    def update_weights(self, state_dict, version, at_precision=True):
         if version == 0:
-            super().update_weights(state_dict, version)
+            super().update_weights(state_dict, version, at_precision)
 
 
 def test_stale_rollouts_stop_the_trial(base_model, tmp_path, monkeypatch):

@@ -105,6 +105,20 @@ def test_reference_forward_is_sampled_only_where_the_kl_is_not_in_the_loss(base_
     assert all("train/kl" in row for row in TrialDir(tmp_path / "weighted").steps())
 
 
+def test_evaluations_measure_the_trained_weights_not_the_rounded_rollout_copy(base_model, tmp_path):
+    """int2 rollouts (a rollout copy far from the policy): training samples from the rounded copy, but every
+    evaluation serves the bf16 weights -- so the step-0 evaluation equals the bf16 trial's exactly, and the rollout
+    copy is rounded again before the next training step."""
+    short = ["budget=64", "Bp=8", "n=4", "eval.every=1", "task.eval_problems=32", "rollout.engine=hf"]
+    plain = train_loop(load_trial(EASY, short), tmp_path / "bf16", log=lambda _: None)
+    rounded = train_loop(load_trial(EASY, short + ["rollout.precision=int2"]), tmp_path / "int2", log=lambda _: None)
+    assert rounded[0][COUNTS_KEY] == plain[0][COUNTS_KEY]
+    assert rounded[0]["eval/mean@4"] == plain[0]["eval/mean@4"]
+    mismatch = {name: [row["mismatch/logp_abs_diff_mean"] for row in TrialDir(tmp_path / name).steps()]
+                for name in ("bf16", "int2")}
+    assert len(mismatch["int2"]) == 2 and min(mismatch["int2"]) > 10 * max(mismatch["bf16"])  # every step: int2 rollouts
+
+
 def test_killed_trial_with_torn_appends_resumes_without_losing_or_repeating_evals(base_model, tmp_path):
     extra = ["budget=640", "eval.every=2", "task.eval_problems=16"]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "platform")}

@@ -56,7 +56,10 @@ class RolloutEngine(Protocol):
 
     def generate(self, prompts: Sequence[str], n: int, seed: int) -> Rollouts: ...
 
-    def update_weights(self, state_dict: Mapping[str, Tensor], version: int) -> None: ...
+    def update_weights(self, state_dict: Mapping[str, Tensor], version: int, at_precision: bool = True) -> None:
+        """Serve ``state_dict`` as policy ``version``, rounded to the engine's rollout precision; with
+        ``at_precision=False`` only to bf16 (evaluation measures the trained weights, not their rounding)."""
+        ...
 
 
 class TemplatedEngine:
@@ -78,8 +81,8 @@ class TemplatedEngine:
     def generate(self, prompts: Sequence[str], n: int, seed: int) -> Rollouts:
         return self.engine.generate([self.template(p) for p in prompts], n, seed)
 
-    def update_weights(self, state_dict: Mapping[str, Tensor], version: int) -> None:
-        self.engine.update_weights(state_dict, version)
+    def update_weights(self, state_dict: Mapping[str, Tensor], version: int, at_precision: bool = True) -> None:
+        self.engine.update_weights(state_dict, version, at_precision)
 
 
 def round_weights(state_dict: Mapping[str, Tensor], precision: str) -> dict[str, Tensor]:

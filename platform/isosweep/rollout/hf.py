@@ -87,10 +87,11 @@ class HFEngine:
         if precision is not None:
             self.update_weights(self.model.state_dict(), version=0)
 
-    def update_weights(self, state_dict: Mapping[str, Tensor], version: int) -> None:
-        """Copy the trainer's weights in place (rounded to ``precision``) and record their version."""
+    def update_weights(self, state_dict: Mapping[str, Tensor], version: int, at_precision: bool = True) -> None:
+        """Copy the trainer's weights in place (rounded to ``precision``, or only to bf16 with
+        ``at_precision=False``) and record their version."""
         if self.precision is not None:
-            state_dict = round_weights(state_dict, self.precision)
+            state_dict = round_weights(state_dict, self.precision if at_precision else "bf16")
         self.model.load_state_dict(state_dict, strict=True)
         self.policy_version = version
 

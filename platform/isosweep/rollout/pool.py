@@ -73,12 +73,14 @@ class RolloutPool:
             policy_version=versions.pop(),
         )
 
-    def update_weights(self, state_dict: Mapping[str, Tensor], version: int) -> None:
+    def update_weights(self, state_dict: Mapping[str, Tensor], version: int, at_precision: bool = True) -> None:
+        """``at_precision=False`` (bf16 weights, for an evaluation) reaches engines that round the weights
+        themselves; over NCCL vLLM's own FP8 quantization applies either way."""
         if self.sender is not None:
             self.sender.send(state_dict, version)
         else:
             import ray
 
             ref = ray.put(dict(state_dict))
-            ray.get([actor.update_weights.remote(ref, version) for actor in self.actors])
+            ray.get([actor.update_weights.remote(ref, version, at_precision) for actor in self.actors])
         self.policy_version = version

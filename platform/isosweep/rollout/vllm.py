@@ -190,7 +190,7 @@ class VLLMEngine:
             base = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16, use_safetensors=True)
             self.update_weights(base.state_dict(), version=0)
 
-    def update_weights(self, state_dict: Mapping[str, Tensor], version: int) -> None:
+    def update_weights(self, state_dict: Mapping[str, Tensor], version: int, at_precision: bool = True) -> None:
         """Load the trainer's weights, cast to bf16, and record their version.
 
         On a CPU in fp8 the bf16 weights are then rounded through FP8, as vLLM's online FP8
@@ -203,7 +203,7 @@ class VLLMEngine:
         skipped = self.skipped_weights()
         state = {name: tensor.detach().to("cpu", torch.bfloat16)
                  for name, tensor in state_dict.items() if name not in skipped}
-        if self.rounds_weights:
+        if self.rounds_weights and at_precision:  # at_precision=False: an evaluation of the bf16 weights
             state = rounded_state_dict(state, self.precision)
         nbytes = sum(t.numel() * t.element_size() for t in state.values())
         with tempfile.TemporaryDirectory(prefix="isosweep-weights-", dir=staging_root(nbytes)) as directory:

@@ -272,11 +272,18 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
     while True:
         if step in evals:
             record = None  # rank 0 evaluates unless this step's record exists (a resumed run)
+            # a rollout copy rounded below bf16 (fp8, int-k) is not the model being trained: evaluate its bf16 weights
+            exact = gathered_state_dict(learner) if cfg.rollout.precision != "bf16" else None  # all ranks (ZeRO-3)
             if rank == 0 and not (records and records[-1]["step"] == step):
                 t_eval = time.perf_counter()
+                if exact is not None:
+                    engine.update_weights(exact, version=step, at_precision=False)
+                scores = evaluate(engine, sets.eval, cfg)
+                if exact is not None:
+                    engine.update_weights(exact, version=step)
                 record = {"step": step, "rollouts": step * per_step, "tokens": tokens,
                           "system/trainer_flops": 6 * params * tokens, PROMPT_FORMAT_KEY: prompt_format,
-                          **evaluate(engine, sets.eval, cfg), **_average(window, step)}
+                          **scores, **_average(window, step)}
                 record["time/eval_s"] = time.perf_counter() - t_eval
                 record["system/wall_s"] = time.perf_counter() - started
                 record.update(startup)
