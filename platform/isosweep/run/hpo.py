@@ -45,7 +45,7 @@ from isosweep.run.core import Progress, TrialJob, check_problem_sets, duration, 
 from isosweep.run.lock import release_study
 from isosweep.spec.hpo import HPOStudy
 from isosweep.spec.trial import TrialConfig
-from isosweep.track import runs
+from isosweep.track import runs, server
 
 STATE_FILE = "search.json"
 
@@ -202,6 +202,10 @@ class StudySearch(Searcher):
         the study's progress at that trial's end on the parent run. A server that does not answer stops
         nothing: what is left is kept in the state and retried at the next finished trial, at the end of
         the study and by the next run of the same command. Returns whether MLflow holds every finished trial."""
+        if self.unlogged and not server.answers(self.uri):  # at once, not after the client's minutes of retries
+            self.log(f"[hpo] MLflow at {self.uri} does not answer; {len(self.unlogged)} finished trial(s) kept on "
+                     f"disk, logged when it answers")
+            return False
         while self.unlogged:
             item = self.unlogged[0]
             entry = self.ledger.trials[item["key"]]

@@ -57,7 +57,9 @@ def own_server(store: Path) -> bool:
     return True
 
 
-def _healthy(uri: str, timeout: float = 2.0) -> bool:
+def answers(uri: str, timeout: float = 2.0) -> bool:
+    """Whether an MLflow server answers ``uri``'s ``/health`` within ``timeout`` seconds (one request, no
+    retries: the MLflow client's own retries take minutes against a server that is down)."""
     try:
         with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout) as response:
             return response.status == 200
@@ -73,7 +75,7 @@ def reachable(uri: str, wait_s: float = 20.0) -> str:
     if not uri.startswith(("http://", "https://")):
         return uri
     deadline = time.monotonic() + wait_s
-    while not _healthy(uri, timeout=5.0):
+    while not answers(uri, timeout=5.0):
         if time.monotonic() > deadline:
             raise ConfigError(f"MLFLOW_TRACKING_URI={uri}: no MLflow server answers at {uri.rstrip('/')}/health "
                               f"(tried for {wait_s:.0f} s); start it, correct the variable, or unset it to use "
@@ -92,18 +94,18 @@ def ensure_server(log=print, wait_s: float = 300.0) -> str:
         return reachable(os.environ["MLFLOW_TRACKING_URI"])
     store, port = store_dir(), server_port()
     uri = f"http://127.0.0.1:{port}"
-    if own_server(store) and not _healthy(uri):
+    if own_server(store) and not answers(uri):
         # our server is alive but slow to answer (a busy machine): wait for it; a second one could not bind the port
         log(f"[mlflow] the local server at {uri} is running but slow to answer: waiting for it")
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline and own_server(store):
-            if _healthy(uri, timeout=10.0):
+            if answers(uri, timeout=10.0):
                 return uri
             time.sleep(1.0)
         if own_server(store):
             raise RuntimeError(f"the local MLflow server at {uri} (pid in {store / 'server.pid'}) is running but did "
                                f"not answer /health within {wait_s:.0f} s; see {store / 'server.log'}")
-    if _healthy(uri):
+    if answers(uri):
         if own_server(store):
             return uri
         raise ConfigError(f"{uri} answers as an MLflow server, but not one isosweep started for the store {store} "
@@ -127,7 +129,7 @@ def ensure_server(log=print, wait_s: float = 300.0) -> str:
     (store / "server.pid").write_text(str(proc.pid))
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        if _healthy(uri):
+        if answers(uri):
             return uri
         if proc.poll() is not None:
             (store / "server.pid").unlink(missing_ok=True)  # it never served: record no server
@@ -142,7 +144,7 @@ def revive(uri: str, log=print) -> bool:
     """Restart the local server at ``uri`` if it died (a study's driver calls this as it goes); returns whether
     it did. A server named by ``MLFLOW_TRACKING_URI`` is not ours to restart, and one whose process is alive
     is only slow (a busy machine): it is left alone, since a second server could not bind its port."""
-    if os.environ.get("MLFLOW_TRACKING_URI") or own_server(store_dir()) or _healthy(uri):
+    if os.environ.get("MLFLOW_TRACKING_URI") or own_server(store_dir()) or answers(uri):
         return False
     log(f"[mlflow] the local server at {uri} stopped answering: restarting it (the trials keep their records on "
         "disk and catch MLflow up)")
