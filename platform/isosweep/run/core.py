@@ -43,7 +43,7 @@ from isosweep.spec.yamlio import ConfigError
 from isosweep.track import runs
 from isosweep.track.curves import without_counts
 from isosweep.track.null import NullTracker
-from isosweep.track.server import ensure_server, revive
+from isosweep.track.server import answers, ensure_server, revive
 from isosweep.trial.files import TrialDir
 from isosweep.trial.job import make_torch_trainer, ray_init
 
@@ -125,6 +125,8 @@ def tune_trial(config: dict) -> None:
 
     client = runs.client(job.tracking_uri)
     try:
+        if not answers(job.tracking_uri):  # at once, not after the MLflow client's minutes of retries
+            raise OSError(f"no answer at {job.tracking_uri}/health")
         run_id = runs.open_child(client, job.parent_run_id, job.sweep_id, job.key, job.cfg, job.config_key)
         for name, value in job.tags.items():
             client.set_tag(run_id, name, value)
