@@ -233,6 +233,11 @@ def test_ais_is_judged_at_the_mildest_precision_where_naive_training_loses(tmp_p
 def test_ais_that_loses_too_contradicts_and_no_loss_leaves_it_open(tmp_path):
     write_ladder(tmp_path / "a", arm("int3", (-0.06, -0.05)) + arm("int3+ais", (-0.04, -0.05)))
     assert S.ais_claim(tmp_path / "a").verdict == S.CONTRADICTED
+    # AIS between a tie and a loss (-1.4 se pooled, negative in one seed only): nothing shown either way
+    write_ladder(tmp_path / "d", arm("int4", (-0.03, -0.03)) + arm("int4+ais", (-0.02, 0.0)) + arm("int4+tis", (0.0, 0.0)))
+    claim = S.ais_claim(tmp_path / "d")
+    assert claim.verdict == S.UNRESOLVED and "more seeds would decide" in claim.evidence[-1]
+    assert "int4+tis - bf16 = +0.000" in claim.evidence[-1]
     write_ladder(tmp_path / "b", arm("int4", (-0.01, 0.01)) + arm("int3", (0.0, -0.005)))
     claim = S.ais_claim(tmp_path / "b")
     assert claim.verdict == S.UNRESOLVED and "loses to bf16 at no precision" in claim.evidence[-1]
