@@ -32,7 +32,6 @@ from typing import Any, Protocol
 
 import ray
 import yaml
-from mlflow.exceptions import MlflowException
 from ray import tune
 from ray.tune.integration.ray_train import TuneReportCallback
 
@@ -131,7 +130,7 @@ def tune_trial(config: dict) -> None:
         for name, value in job.tags.items():
             client.set_tag(run_id, name, value)
         tracker = runs.MlflowTracker(job.tracking_uri, run_id)
-    except (MlflowException, OSError) as err:  # what an MLflow server that does not answer raises, after retries
+    except runs.UNANSWERED as err:  # an MLflow server that does not answer, after the client's retries
         # MLflow down when the trial starts fails no training: the trial runs on its files alone, and the
         # driver creates its run and catches it up once MLflow answers (end of this study, or its next run)
         with open(trial.log_file, "a") as f:

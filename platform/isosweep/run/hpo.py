@@ -34,7 +34,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mlflow.exceptions import MlflowException
 from ray.tune.search import Searcher
 
 from isosweep.hpo.ledger import StudyLedger, TrialEntry
@@ -216,7 +215,7 @@ class StudySearch(Searcher):
                                      self.study.k)
                 runs.log_hpo_progress(self.client, self.parent_id, self.study.spec.metric, entry,
                                       self.ledger.trajectory[:item["point"] + 1])
-            except (MlflowException, OSError) as err:  # what a server that does not answer raises, after retries
+            except runs.UNANSWERED as err:  # a server that does not answer, after the client's retries
                 self.log(f"[hpo] MLflow at {self.uri} did not answer ({type(err).__name__}); {len(self.unlogged)} "
                          f"finished trial(s) kept on disk, logged when it answers")
                 return False
@@ -393,7 +392,7 @@ def _run_locked(study: HPOStudy, sweep_out: Path, uri: str, dashboards: str | Pa
         try:
             runs.log_hpo_summary(client, parent_id, result, files)
             client.set_terminated(parent_id, status="FINISHED")
-        except (MlflowException, OSError):  # what a server that does not answer raises, after retries
+        except runs.UNANSWERED:  # a server that does not answer, after the client's retries
             logged = False
     log("")
     log(table_text(result))

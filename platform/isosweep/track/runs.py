@@ -49,6 +49,9 @@ os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one ba
 
 SWEEP_TAG = "isosweep.sweep_id"
 TRIAL_TAG = "isosweep.trial"
+UNANSWERED = (MlflowException, OSError)
+"""What the MLflow client raises when its server does not answer, after its retries (requests' errors are
+``OSError`` s): the one place callers outside this module learn it, so they need not import mlflow."""
 KIND_TAG = "mlflow.experimentKind"
 TRAINING_KIND = "custom_model_development"
 """The experiment kind MLflow's UI calls "Machine learning" (its other kind is ``genai_development``): the
@@ -219,7 +222,7 @@ class TrialLogger:
         try:
             call(*args, **kwargs)
             return True
-        except (MlflowException, OSError) as err:  # what an unreachable server raises (requests' errors are OSErrors)
+        except UNANSWERED as err:
             if not self.behind:
                 self.warn(f"[mlflow] {self.uri} did not answer ({type(err).__name__}: {str(err)[:200]}); training "
                           f"goes on, its records are kept in {self.trial.path} and logged when MLflow is back")
