@@ -29,6 +29,7 @@ import itertools
 import json
 import math
 import os
+import re
 import tempfile
 import time
 from collections.abc import Callable
@@ -338,6 +339,19 @@ class TrialLogger:
         self._tolerant(self.client.set_terminated, self.run_id, status=status)
 
 
+MODEL_NAME_REFUSED = re.compile(r"[/:.%'\"]")
+"""Characters MLflow refuses in a logged model's name (a tiny-0.3m trial's key holds a '.')."""
+
+
+def record_model_name(trial_key: str, rollouts: int) -> str:
+    """``<trial>-rollouts-NNNNNNNNN``, with the characters MLflow refuses in a model name as ``_``.
+
+    >>> record_model_name("t002-tiny-0.3m-256", 128)
+    't002-tiny-0_3m-256-rollouts-000000128'
+    """
+    return f"{MODEL_NAME_REFUSED.sub('_', trial_key)}-rollouts-{rollouts:09d}"
+
+
 def log_record_model(mlflow_client, run_id: str, files: list[Path], record: dict, metric: str) -> str:
     """A record checkpoint (``files``: :func:`record_files` of its folder) as an MLflow logged model of the
     trial's run ``run_id``; returns its model id.
@@ -347,7 +361,7 @@ def log_record_model(mlflow_client, run_id: str, files: list[Path], record: dict
     ``models:/`` URIs there, whatever ``tracking_uri`` is passed), load it with ``path =
     mlflow.artifacts.download_artifacts("models:/<model id>")`` then
     ``AutoModelForCausalLM.from_pretrained(path)`` (``AutoTokenizer`` likewise). It is named
-    ``<trial>-rollouts-NNNNNNNNN``, tagged with the sweep, trial, config, rollouts, step and the record's
+    ``<trial>-rollouts-NNNNNNNNN`` (:func:`record_model_name`), tagged with the sweep, trial, config, rollouts, step and the record's
     ``metric`` value, and is an output of the run at step = rollouts (MLflow's run page lists it).
 
     A record is logged once: one already READY is found again by its run and rollouts and returned; one left
@@ -361,7 +375,7 @@ def log_record_model(mlflow_client, run_id: str, files: list[Path], record: dict
         return found[0].model_id
     tags = run.data.tags
     model = found[0] if found else mlflow_client.create_logged_model(
-        run.info.experiment_id, name=f"{tags.get(TRIAL_TAG, 'trial')}-rollouts-{rollouts:09d}", source_run_id=run_id,
+        run.info.experiment_id, name=record_model_name(tags.get(TRIAL_TAG, "trial"), rollouts), source_run_id=run_id,
         params={k: v for k, v in run.data.params.items() if k in ("n", "Bp", "derived.M", "seed")},
         tags={SWEEP_TAG: tags.get(SWEEP_TAG, ""), TRIAL_TAG: tags.get(TRIAL_TAG, ""),
               "isosweep.config": tags.get("isosweep.config", ""), "isosweep.kind": "record",
