@@ -29,14 +29,13 @@ from pathlib import Path
 
 from isosweep.rollout import vllm_available
 from isosweep.spec.trial import load_trial
+from isosweep.track.curves import COUNTS_KEY, SAMPLES_KEY
 from isosweep.trial.files import TrialDir
 from isosweep.trial.job import ray_init, run_trial
 
 DEFAULT_ARMS = ("bf16", "fp8+none", "fp8+tis", "fp8+ais")
 SETS = ("easy", "hard")
 ENGINE = "vllm" if vllm_available() else "hf"
-COUNTS = "eval_correct"
-"""Per-problem correct counts of an eval record (the same problems for every arm and seed)."""
 
 
 def arm_overrides(arm: str) -> list[str]:
@@ -99,10 +98,10 @@ def paired_vs_bf16(rows: list[dict]) -> list[dict]:
     out = []
     for r in rows:
         ref = base.get((r["set"], r["seed"]))
-        if r["arm"] == "bf16" or ref is None or COUNTS not in r["_records"][-1] or COUNTS not in ref["_records"][-1]:
+        if r["arm"] == "bf16" or ref is None or COUNTS_KEY not in r["_records"][-1] or COUNTS_KEY not in ref["_records"][-1]:
             continue
-        a, b = r["_records"][-1][COUNTS], ref["_records"][-1][COUNTS]
-        samples = r["_records"][-1].get("eval_samples") or ref["_records"][-1].get("eval_samples")
+        a, b = r["_records"][-1][COUNTS_KEY], ref["_records"][-1][COUNTS_KEY]
+        samples = r["_records"][-1].get(SAMPLES_KEY) or ref["_records"][-1].get(SAMPLES_KEY)
         if len(a) != len(b) or not samples:
             continue
         diffs = [(x - y) / samples for x, y in zip(a, b)]

@@ -72,8 +72,10 @@ def is_linear_weight(name: str, tensor: Tensor) -> bool:
 def fp8_state_dict(
     state_dict: Mapping[str, Tensor],
     is_linear: Callable[[str, Tensor], bool] | None = None,
+    rounder: Callable[[Tensor], Tensor] = fp8_roundtrip,
 ) -> dict[str, Tensor]:
-    """A copy of ``state_dict`` whose linear weights went through :func:`fp8_roundtrip`.
+    """A copy of ``state_dict`` whose linear weights went through :func:`fp8_roundtrip` (or ``rounder``:
+    :func:`rounded_state_dict` passes :func:`int_roundtrip` for the integer precisions).
 
     Args:
         state_dict: parameter name -> tensor.
@@ -84,7 +86,7 @@ def fp8_state_dict(
         objects as in ``state_dict`` (not copied).
     """
     pick = is_linear or is_linear_weight
-    return {name: fp8_roundtrip(t) if pick(name, t) else t for name, t in state_dict.items()}
+    return {name: rounder(t) if pick(name, t) else t for name, t in state_dict.items()}
 
 
 INT_BITS = {"int8": 8, "int6": 6, "int4": 4, "int3": 3, "int2": 2}
@@ -117,6 +119,4 @@ def rounded_state_dict(state_dict: Mapping[str, Tensor], precision: str,
         return fp8_state_dict(state_dict, is_linear)
     if precision not in INT_BITS:
         raise ValueError(f"precision must be bf16, fp8 or one of {', '.join(INT_BITS)}; got {precision!r}")
-    pick = is_linear or is_linear_weight
-    bits = INT_BITS[precision]
-    return {name: int_roundtrip(t, bits) if pick(name, t) else t for name, t in state_dict.items()}
+    return fp8_state_dict(state_dict, is_linear, rounder=lambda t: int_roundtrip(t, INT_BITS[precision]))

@@ -51,6 +51,7 @@ from isosweep.models.problemsets import probe_pass_rates, select
 from isosweep.models.tokenizer import chat_prompt
 from isosweep.models.warmup import PROBE_FILE, resolve_model
 from isosweep.rollout.base import RolloutEngine, Rollouts, TemplatedEngine
+from isosweep.rollout.fp8 import INT_BITS
 from isosweep.rollout.hf import HFEngine
 from isosweep.rollout.pool import RolloutPool
 from isosweep.rollout.vllm import VLLMEngine
@@ -249,6 +250,8 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
     kl_weight, entropy_weight = kl_coef(cfg), entropy_coef(cfg)
     params = sum(p.numel() for p in policy.parameters())
     publisher = rank == 0 or not shared_engine
+    rounded_copy = cfg.rollout.precision in INT_BITS or (
+        cfg.rollout.precision == "fp8" and not (gpu and rollout_engine(cfg) == "vllm"))
 
     state = resume(trial, learner, rank, world, log)
     step, tokens, wall = state["step"], state["tokens"], state["wall_s"]
@@ -272,8 +275,9 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
     while True:
         if step in evals:
             record = None  # rank 0 evaluates unless this step's record exists (a resumed run)
-            # a rollout copy rounded below bf16 (fp8, int-k) is not the model being trained: evaluate its bf16 weights
-            exact = gathered_state_dict(learner) if cfg.rollout.precision != "bf16" else None  # all ranks (ZeRO-3)
+            # a rollout copy rounded below bf16 is not the model being trained: evaluate its bf16 weights (where the
+            # engine rounds them itself; vLLM's own FP8 on a GPU quantizes whatever it is sent)
+            exact = gathered_state_dict(learner) if rounded_copy else None  # all ranks (ZeRO-3)
             if rank == 0 and not (records and records[-1]["step"] == step):
                 t_eval = time.perf_counter()
                 if exact is not None:

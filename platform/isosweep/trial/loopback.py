@@ -25,7 +25,8 @@ from ray.train.torch.config import (  # Ray's own steps of a process group's sta
     _TorchBackend,
 )
 
-LOOPBACK = "127.0.0.1"
+from isosweep.trial.job import LOOPBACK
+
 LOOPBACK_IFNAME = {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
 _STORES: list = []
 """Rank 0's loopback socket and store, kept for the life of the worker process."""
