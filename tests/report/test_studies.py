@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from pathlib import Path
@@ -274,3 +275,35 @@ def test_paired_differences_to_bf16_match_a_loop_over_problems(seed):
             per_seed.append((d.mean(), se))
         assert found[(name, "all")]["diff"] == pytest.approx(np.mean([m for m, _ in per_seed]), abs=1e-12)
         assert found[(name, "all")]["se"] == pytest.approx(math.hypot(*[e for _, e in per_seed]) / 2, abs=1e-12)
+
+
+def test_a_study_extended_by_new_seeds_keeps_and_pools_the_earlier_seeds(tmp_path):
+    """Seeds 0 and 1 written by one run, seed 2 by a later one into the same folder (the run directories of
+    the first gone): the tables hold all three and the pooled row is the one a single run of all three gives."""
+    from isosweep.experiments.ais_study import paired_vs_bf16, write_outputs
+
+    rng = np.random.default_rng(7)
+    samples, problems = 8, 30
+
+    def row(name, s):
+        counts = rng.integers(0, samples + 1, problems).tolist()
+        records = [{"rollouts": 0, "eval/mean@4": 0.5, "eval_correct": counts, "eval_samples": samples}]
+        steps = [{"step": 1, "rollouts": 128, "ais/alpha": 0.4, "mismatch/logp_abs_diff_mean": 0.01}]
+        return {"set": "easy", "arm": name, "seed": s, "final_mean@k": float(np.mean(counts)) / samples,
+                "_records": records, "_steps": steps}
+
+    rows = [row(name, s) for s in (0, 1, 2) for name in ("bf16", "int4", "int4+ais")]
+    write_outputs(tmp_path, rows[:6])
+    write_outputs(tmp_path, rows[6:])
+    found = {(r["arm"], r["seed"]): (float(r["diff"]), float(r["se"]))
+             for r in csv.DictReader((tmp_path / "vs_bf16.csv").open())}
+    expected = {(d["arm"], str(d["seed"])): (d["diff"], d["se"]) for d in paired_vs_bf16(rows)}
+    assert set(found) == set(expected) and len(found) == 2 * 4
+    for key, (diff, se) in expected.items():
+        assert found[key] == pytest.approx((diff, se), abs=1e-12)
+    table = list(csv.DictReader((tmp_path / "table.csv").open()))
+    assert sorted((r["arm"], r["seed"]) for r in table) == sorted((r["arm"], str(r["seed"])) for r in rows)
+    alpha = list(csv.DictReader((tmp_path / "alpha.csv").open()))
+    assert len(alpha) == len(rows)
+    write_outputs(tmp_path, rows[6:])  # a rerun of seed 2 replaces its rows, never doubles them
+    assert len(list(csv.DictReader((tmp_path / "table.csv").open()))) == len(rows)

@@ -17,7 +17,10 @@ error), ``alpha.csv`` (alpha per step of every arm) and ``ais_study.png``.
     isosweep ais-study --sets easy --arms bf16,int4,int3,int2 --seeds 0,1 --out dashboards/ais-ladder
 
 Arms that already ran are resumed (each run directory holds its checkpoints), so an interrupted
-study continues where it stopped.
+study continues where it stopped. A study extended by more seeds or arms into the same ``--out`` keeps
+the rows its earlier runs wrote there for the set/arm/seed combinations it does not run again (read
+back from ``table.csv``, ``vs_bf16.csv`` and ``alpha.csv``; their run directories are not needed), and
+pools over all of them.
 """
 
 from __future__ import annotations
@@ -108,32 +111,65 @@ def paired_vs_bf16(rows: list[dict]) -> list[dict]:
         mean = sum(diffs) / len(diffs)
         var = sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1)
         out.append({"set": r["set"], "arm": r["arm"], "seed": r["seed"], "diff": mean, "se": math.sqrt(var / len(diffs))})
+    return out + pool_seeds(out)
+
+
+def pool_seeds(per_seed: list[dict]) -> list[dict]:
+    """Per set and arm, the mean over seeds of :func:`paired_vs_bf16`'s per-seed rows (``seed`` = ``all``)."""
+    out = [d for d in per_seed if d["seed"] != "all"]
     pooled = []
     for key in dict.fromkeys((d["set"], d["arm"]) for d in out):
         group = [d for d in out if (d["set"], d["arm"]) == key]
         mean = sum(d["diff"] for d in group) / len(group)
         se = math.sqrt(sum(d["se"] ** 2 for d in group)) / len(group)
         pooled.append({"set": key[0], "arm": key[1], "seed": "all", "diff": mean, "se": se})
-    return out + pooled
+    return pooled
+
+
+def _number(text: str):
+    """A CSV cell back as the int or float it was written from (text otherwise)."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def earlier_rows(out: Path, fresh: set[tuple[str, str, str]]) -> dict[str, list[dict]]:
+    """What an earlier run of the study wrote to ``out`` for the (set, arm, seed) combinations not in ``fresh``:
+    ``table`` and ``alpha`` rows and the per-seed ``paired`` rows of ``vs_bf16.csv`` (values parsed back)."""
+    kept = {}
+    for name, file in (("table", "table.csv"), ("paired", "vs_bf16.csv"), ("alpha", "alpha.csv")):
+        path = out / file
+        rows = list(csv.DictReader(path.open(newline=""))) if path.exists() else []
+        kept[name] = [{k: _number(v) for k, v in r.items()} for r in rows
+                      if r["seed"] != "all" and (r["set"], r["arm"], r["seed"]) not in fresh]
+    return kept
 
 
 def write_outputs(out: Path, rows: list[dict]) -> None:
-    """``table.csv``, ``table.md``, ``vs_bf16.md``, ``vs_bf16.csv``, ``alpha.csv`` and ``ais_study.png``."""
+    """``table.csv``, ``table.md``, ``vs_bf16.md``, ``vs_bf16.csv``, ``alpha.csv`` and ``ais_study.png``; the
+    tables keep the rows of earlier runs into ``out`` that ``rows`` does not redo (:func:`earlier_rows`), the
+    plot shows ``rows`` only."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    kept = earlier_rows(out, {(r["set"], r["arm"], str(r["seed"])) for r in rows})
     columns = [c for c in rows[0] if not c.startswith("_")]
+    table = kept["table"] + [{c: r[c] for c in columns} for r in rows]
     with open(out / "table.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
-        writer.writerows({c: r[c] for c in columns} for r in rows)
+        writer.writerows(table)
     lines = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
-    for r in rows:
+    for r in table:
         lines.append("| " + " | ".join(f"{r[c]:.4f}" if isinstance(r[c], float) else str(r[c]) for c in columns) + " |")
     (out / "table.md").write_text("\n".join(lines) + "\n")
-    paired = paired_vs_bf16(rows)
+    per_seed = kept["paired"] + [d for d in paired_vs_bf16(rows) if d["seed"] != "all"]
+    paired = per_seed + pool_seeds(per_seed)
     lines = ["Final eval mean@k minus the bf16 arm's (same set and seed), paired over the same eval problems; "
              "se: standard error from eval noise (seed 'all': the mean over seeds).", "",
              "| set | arm | seed | diff | se | diff / se |", "| --- | --- | --- | --- | --- | --- |"]
@@ -147,6 +183,8 @@ def write_outputs(out: Path, rows: list[dict]) -> None:
     with open(out / "alpha.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["set", "arm", "seed", "step", "rollouts", "alpha", "logp_abs_diff"])
+        writer.writerows([r[c] for c in ("set", "arm", "seed", "step", "rollouts", "alpha", "logp_abs_diff")]
+                         for r in kept["alpha"])
         for r in rows:
             for s in r["_steps"]:
                 writer.writerow([r["set"], r["arm"], r["seed"], s["step"], s["rollouts"], s["ais/alpha"],
