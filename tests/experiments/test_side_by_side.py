@@ -49,4 +49,7 @@ def test_side_by_side_runs_every_contender_and_reports_ratios(base_model, tmp_pa
     assert iso["engine"] == "hf" and iso["fixed_s"] > 0 and iso["ray_start_s"] > 0
     assert {"distributed_s", "model_s", "engine_s", "problems_s", "learner_s", "resume_s"} <= set(iso["start_s"])
     assert results["speedup_vs_trl"] == pytest.approx(results["trl"]["s_per_step"] / results["isosweep"]["s_per_step"])
+    assert results["overlap_speedup"] == pytest.approx(
+        results["torch"]["s_per_step"] / results["torch-overlap"]["s_per_step"])
     assert "| tiny-1m | isosweep / TRL |" in table({"tiny-1m": results})
+    assert "| tiny-1m | torch-overlap / torch |" in table({"tiny-1m": results})

@@ -16,11 +16,16 @@ all of them alike. A run's seconds per step is the median over its steps after t
 - ``trl``: TRL's ``GRPOTrainer`` (:mod:`isosweep.experiments.trl_baseline`), needs the ``bench`` extra.
 - ``torch``: the floor of what the hardware does for this step: sample with a KV cache, score,
   one forward and backward of the policy and one AdamW step; no reference model, no logging.
+- ``torch-overlap``: the plain loop with sampling moved to a second thread, one step ahead and one
+  policy version behind (the next step's completions are sampled by this step's weights while they
+  train), each thread on one core: what overlapping generation with training across the two cores
+  of a small machine buys over torch's own use of them.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import statistics
@@ -28,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -43,7 +49,7 @@ from isosweep.trial.files import TrialDir
 from isosweep.trial.job import ray_init, run_trial
 from isosweep.trial.loop import batch_problems, problem_sets
 
-CONTENDERS = ("isosweep", "trl", "torch")
+CONTENDERS = ("isosweep", "trl", "torch", "torch-overlap")
 WARMUP_STEPS = 2
 """Steps of each run left out of its seconds per step (first-call allocations, lazy imports)."""
 
@@ -89,43 +95,64 @@ class Setup:
         return [p for step in range(steps) for p in batch_problems(train, self.Bp, step, self.seed)]
 
 
-def run_torch(setup: Setup, steps: int) -> list[float]:
-    """The plain loop: seconds per step."""
+def run_torch(setup: Setup, steps: int, overlap: bool = False) -> list[float]:
+    """The plain loop: seconds per step.
+
+    With ``overlap``, the completions of step ``s + 1`` are sampled on a second thread, by a copy of the
+    weights of step ``s``, while step ``s`` trains (one step off-policy), each thread running torch on one
+    core: whether splitting a step's work across the cores that way beats splitting every operation across
+    them (torch's own threads, the plain loop's way).
+    """
     torch.manual_seed(setup.seed)
     task = get_task(setup.task)
     tokenizer = AutoTokenizer.from_pretrained(setup.model_path)
     model = AutoModelForCausalLM.from_pretrained(setup.model_path, dtype=torch.float32)
+    sampler = copy.deepcopy(model).eval().requires_grad_(False) if overlap else model
+    if overlap:
+        torch.set_num_threads(1)  # per calling thread: the trainer and the sampler each on one core
     optimizer = torch.optim.AdamW(model.parameters(), lr=setup.lr, betas=(0.9, 0.99), weight_decay=0.0)
     problems = setup.step_problems(steps)
     generator = torch.Generator().manual_seed(setup.seed)
-    seconds = []
-    for step in range(steps):
-        start = time.perf_counter()
+
+    def sample(step: int):
         chosen = problems[step * setup.Bp:(step + 1) * setup.Bp]
         prompts = [ids for ids in tokenizer([p.prompt for p in chosen], add_special_tokens=False)["input_ids"]
                    for _ in range(setup.n)]
-        model.eval()
-        tokens, _, lengths = sample_tokens(model, prompts, setup.max_new_tokens, setup.temperature,
+        sampler.eval()
+        tokens, _, lengths = sample_tokens(sampler, prompts, setup.max_new_tokens, setup.temperature,
                                            tokenizer.eos_token_id, tokenizer.pad_token_id, generator)
         completions = [tokens[i, :length].tolist() for i, length in enumerate(lengths.tolist())]
         texts = tokenizer.batch_decode(completions, skip_special_tokens=True)
         rewards = torch.tensor([float(task.reward(chosen[i // setup.n], t)) for i, t in enumerate(texts)])
-        advantages, _ = group_advantages(rewards.view(setup.Bp, setup.n), True)
-        width = max(len(p) + len(c) for p, c in zip(prompts, completions))
-        ids = torch.full((len(prompts), width), tokenizer.pad_token_id)
-        mask = torch.zeros((len(prompts), width - 1))
-        for i, (p, c) in enumerate(zip(prompts, completions)):
-            ids[i, :len(p) + len(c)] = torch.tensor(p + c)
-            mask[i, len(p) - 1:len(p) - 1 + len(c)] = 1.0
-        model.train()
-        logits = model(input_ids=ids, attention_mask=(ids != tokenizer.pad_token_id).long()).logits[:, :-1]
-        logp = token_logprobs(logits, ids[:, 1:], setup.temperature)
-        loss = -(advantages.reshape(-1, 1) * logp * mask).sum() / mask.sum()
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), setup.grad_clip)
-        optimizer.step()
-        seconds.append(time.perf_counter() - start)
+        return prompts, completions, rewards
+
+    seconds = []
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(sample, 0) if overlap else None
+        for step in range(steps):
+            start = time.perf_counter()
+            prompts, completions, rewards = pending.result() if overlap else sample(step)
+            if overlap and step + 1 < steps:
+                pending = pool.submit(sample, step + 1)  # by the weights of this step, while they train
+            advantages, _ = group_advantages(rewards.view(setup.Bp, setup.n), True)
+            width = max(len(p) + len(c) for p, c in zip(prompts, completions))
+            ids = torch.full((len(prompts), width), tokenizer.pad_token_id)
+            mask = torch.zeros((len(prompts), width - 1))
+            for i, (p, c) in enumerate(zip(prompts, completions)):
+                ids[i, :len(p) + len(c)] = torch.tensor(p + c)
+                mask[i, len(p) - 1:len(p) - 1 + len(c)] = 1.0
+            model.train()
+            logits = model(input_ids=ids, attention_mask=(ids != tokenizer.pad_token_id).long()).logits[:, :-1]
+            logp = token_logprobs(logits, ids[:, 1:], setup.temperature)
+            loss = -(advantages.reshape(-1, 1) * logp * mask).sum() / mask.sum()
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), setup.grad_clip)
+            optimizer.step()
+            if overlap and step + 1 < steps:
+                pending.result()  # the sampler is done with this step's weights before they change
+                sampler.load_state_dict(model.state_dict())
+            seconds.append(time.perf_counter() - start)
     return seconds
 
 
@@ -153,8 +180,8 @@ def run_isosweep(setup: Setup, steps: int, out: Path) -> dict:
 
 def _one(contender: str, setup: Setup, steps: int, out: Path) -> dict:
     """One run of ``contender`` in this process."""
-    if contender == "torch":
-        return {"seconds": run_torch(setup, steps)}
+    if contender in ("torch", "torch-overlap"):
+        return {"seconds": run_torch(setup, steps, overlap=contender == "torch-overlap")}
     if contender == "trl":
         from isosweep.experiments.trl_baseline import run_trl  # trl: the bench extra, not installed by default
 
@@ -210,6 +237,8 @@ def side_by_side(sizes: list[str], repeats: int = 3, steps: int = 12, contenders
                 for other in contenders:
                     if other != "isosweep" and "s_per_step" in row[other]:
                         row[f"speedup_vs_{other}"] = row[other]["s_per_step"] / row["isosweep"]["s_per_step"]
+            if "s_per_step" in row.get("torch", {}) and "s_per_step" in row.get("torch-overlap", {}):
+                row["overlap_speedup"] = row["torch"]["s_per_step"] / row["torch-overlap"]["s_per_step"]
             results[size] = row
     return results
 
@@ -230,6 +259,8 @@ def table(results: dict) -> str:
                          f"{fig['s_per_step_max']:.3f}) | {fig['rollouts_per_s']:.0f} |")
         if "speedup_vs_trl" in row:
             lines.append(f"| {size} | isosweep / TRL | | {row['speedup_vs_trl']:.2f}x |")
+        if "overlap_speedup" in row:
+            lines.append(f"| {size} | torch-overlap / torch | | {row['overlap_speedup']:.2f}x |")
     return "\n".join(lines)
 
 
