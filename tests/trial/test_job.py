@@ -92,6 +92,10 @@ def test_two_data_parallel_workers_match_one_in_expectation(base_model, tmp_path
     # machine whose float rounding reshuffles the samples failed about 1 run in 50. An order of magnitude is 3.7 sd.
     assert 0.1 < kl2 / kl1 < 10, (kl1, kl2)
     assert all(s["rollout/policy_version"] == s["step"] - 1 for s in s2)
+    # a Ray Train launch's fixed cost, phase by phase, in its first record only (the in-process run has no job phases)
+    assert two[0]["time/start_job_s"] > 0 and two[0]["time/start_imports_s"] > 0 and two[0]["time/start_learner_s"] > 0
+    assert not any(key.startswith("time/start_") for r in two[1:] for key in r)
+    assert "time/start_job_s" not in one[0] and one[0]["time/start_learner_s"] > 0
 
 
 @pytest.mark.slow

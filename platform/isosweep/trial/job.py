@@ -18,6 +18,7 @@ fresh Ray worker process per trial; kept light, it costs them well under a secon
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -100,10 +101,15 @@ def _worker(config: dict) -> None:
     Rank 0 logs each record to the trial's tracker (its MLflow run in a sweep, nothing otherwise)
     before reporting it; with ``log_to_file`` the loop's log lines go to the trial's ``trial.log``.
     """
+    entered = time.time()
     import ray.train
     import torch  # reason: only the Train worker loads torch (module docstring)
 
     from isosweep.trial.loop import train_loop  # reason: torch, transformers, DeepSpeed (module docstring)
+
+    # the fixed cost before the loop: Ray Train's controller and worker processes up to this function (clocks of
+    # one node; across nodes, their skew too), then the worker's imports
+    launch = {"time/start_job_s": entered - config["submitted"], "time/start_imports_s": time.time() - entered}
 
     cfg = TrialConfig.model_validate(config["cfg"])
     if config.get("threads"):
@@ -123,7 +129,7 @@ def _worker(config: dict) -> None:
             f.write(line + "\n")
 
     train_loop(cfg, trial.path, log=to_file if config["log_to_file"] else print, report=report,
-               run_id=config["run_id"])
+               run_id=config["run_id"], launch=launch)
     if logger is not None:  # a record a resume restored to the files (a kill before its append) is never reported
         logger.catch_up()
 
@@ -155,7 +161,7 @@ def make_torch_trainer(cfg: TrialConfig, out: Path, tracker=None, callbacks: lis
         _worker,
         train_loop_config={"cfg": cfg.model_dump(mode="json"), "out": str(out), "run_id": run_id,
                            "tracker": tracker or NullTracker(), "log_to_file": tracker is not None,
-                           "threads": threads},
+                           "threads": threads, "submitted": time.time()},
         scaling_config=ScalingConfig(
             num_workers=workers,
             use_gpu=profile.accelerator == "gpu",

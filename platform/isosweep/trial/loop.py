@@ -209,8 +209,13 @@ def make_engine(cfg: TrialConfig, model_path: str, tokenizer, rank: int, run_id:
 
 
 def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = print,
-               report: Callable[[dict], None] | None = None, run_id: str = "local") -> list[dict]:
+               report: Callable[[dict], None] | None = None, run_id: str = "local",
+               launch: dict[str, float] | None = None) -> list[dict]:
     """Run (or resume) one trial into ``out``; returns the eval records, one per evaluation.
+
+    The first eval record of each launch holds where its fixed cost went, ``time/start_<phase>_s``: the
+    phases of ``launch`` (what the caller spent before this call: a Ray Train job's start-up), then this
+    function's own (distributed group, model, engine, problem sets, learner, resume).
 
     Runs on every trainer worker (``report`` is ``ray.train.report`` inside a Ray Train job):
     each worker takes its share of the step's problems, DeepSpeed averages the gradients, rank 0
@@ -219,7 +224,7 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
     trial = TrialDir(out)
     gpu = torch.cuda.is_available()
     clock = [time.perf_counter()]
-    startup: dict[str, float] = {}  # where this launch's fixed cost went, in its first eval record
+    startup: dict[str, float] = dict(launch or {})  # where this launch's fixed cost went, in its first eval record
 
     def lap(name: str) -> None:
         clock.append(time.perf_counter())
