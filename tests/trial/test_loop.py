@@ -123,7 +123,9 @@ def test_killed_trial_with_torn_appends_resumes_without_losing_or_repeating_eval
     extra = ["budget=640", "eval.every=2", "task.eval_problems=16"]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "platform")}
     reference = tmp_path / "reference"
-    subprocess.run(_trial_command(reference, extra), check=True, env=env, capture_output=True)
+    done = subprocess.run(_trial_command(reference, extra), check=True, env=env, capture_output=True, text=True)
+    said = [line for line in (done.stdout + done.stderr).splitlines() if "[trial] step " in line]
+    assert len(said) == len(TrialDir(reference).records()), said  # each log line reaches the driver once
 
     resumed = tmp_path / "resumed"
     proc = subprocess.Popen(_trial_command(resumed, extra), env=env,

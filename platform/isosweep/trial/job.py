@@ -35,6 +35,9 @@ RAY_ENV = {
     "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.25",
     # vLLM in a Ray actor: an in-process engine core starts in ~11 s instead of ~30 s.
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    # Ray Train sends a worker's print both to its stdout and through the root logger, so every line of a
+    # trial's log reached the driver twice; off, a print is a print.
+    "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
 }
 
 
