@@ -278,7 +278,7 @@ def ais_claim(dashboards: Path) -> Claim:
             (UNRESOLVED, "AIS between a tie with bf16 and a loss: more seeds would decide")
         tis = result(f"{level}+tis")[0]
         claim.evidence.append(f"ais-ladder, {s}: naive training first loses at {level}; {level}+ais - bf16 = "
-                              f"{ais['diff']:+.3f} ± {ais['se']:.3f} ({ratio:+.1f} se): {outcome[1]}"
+                              f"{ais['diff']:+.3f} ± {ais['se']:.3f} ({ratio:+.2f} se): {outcome[1]}"
                               + (f"; for comparison {level}+tis - bf16 = {tis['diff']:+.3f} ± {tis['se']:.3f}"
                                  if tis is not None else ""))
         verdicts.append(outcome[0])
