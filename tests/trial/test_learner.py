@@ -1,6 +1,8 @@
 """The learner's process group survives the group being torn down and made again in one process."""
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -27,3 +29,31 @@ def test_a_learner_builds_after_the_process_group_was_destroyed_and_made_again()
     engine.backward(engine(torch.randn(1, 4)).sum())
     engine.step()
     assert (rank, world) == (0, 1)
+
+
+LEARNER_STEP = """
+import torch
+from isosweep.spec.trial import load_trial
+from isosweep.trial.learner import init_distributed, make_learner
+import deepspeed.comm.comm as ds_comm
+init_distributed("gloo")
+engine = make_learner(torch.nn.Linear(4, 4), load_trial({easy!r}), gpu=False)
+engine.backward(engine(torch.randn(1, 4)).sum())
+engine.step()
+print("shm op:", ds_comm.cdb.shm_comm_op)
+"""
+
+
+def test_a_cpu_learner_compiles_nothing_on_a_fresh_machine(tmp_path):
+    """DeepSpeed's shared-memory allreduce is a C++ op compiled on first use (60-90 s, and only with a
+    compiler); a CPU learner trains through gloo without it, in a process whose extension cache is empty."""
+    extensions = tmp_path / "torch_extensions"
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(extensions),
+           "PYTHONPATH": str(Path(__file__).parents[2] / "platform")}
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)  # a world of one, as `isosweep trial` outside Ray makes it
+    done = subprocess.run([sys.executable, "-c", LEARNER_STEP.format(easy=str(EASY))], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "shm op: None" in done.stdout
+    assert not (extensions.exists() and any(extensions.rglob("*shm*"))), sorted(extensions.rglob("*"))

@@ -45,9 +45,25 @@ def init_distributed(backend: str) -> tuple[int, int]:
     if not dist.is_initialized():
         import deepspeed
 
+        if backend == "gloo":
+            without_shm_allreduce()
         deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
     _forget_stale_deepspeed_groups()
     return dist.get_rank(), dist.get_world_size()
+
+
+def without_shm_allreduce() -> None:
+    """Keep DeepSpeed on CPU from JIT-compiling its shared-memory allreduce op, which training never uses.
+
+    DeepSpeed's communication backend builds that C++ op (``deepspeed_shm_comm``) the first time a
+    process sets it up: 60-90 s with a compiler on a fresh environment (every trial of a sweep's
+    first wave waited for it), a failure without one. Only DeepSpeed's inference allreduce calls it;
+    a training step's allreduce goes through torch.distributed (gloo here) with or without it.
+    DeepSpeed decides from its table of compatible ops, kept in ``deepspeed.ops`` so edits persist.
+    """
+    import deepspeed.ops  # heavy (torch extensions): only a learner needs it
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
 
 def _forget_stale_deepspeed_groups() -> None:
@@ -86,6 +102,7 @@ def make_learner(policy: torch.nn.Module, cfg: TrialConfig, gpu: bool):
     """Wrap ``policy`` in a DeepSpeed engine with AdamW at the square-root-scaled learning rate."""
     if not gpu:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        without_shm_allreduce()  # a process group that Ray Train made: DeepSpeed sets up its backend here
     import deepspeed
 
     optimizer = torch.optim.AdamW(policy.parameters(), lr=learning_rate(cfg), betas=(0.9, 0.99), weight_decay=0.0)
