@@ -42,11 +42,11 @@ def init_distributed(backend: str) -> tuple[int, int]:
                 port = s.getsockname()[1]
             os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1",
                               LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+    if backend == "gloo":  # before DeepSpeed sets up its backend: here, or in make_learner if Ray Train made the group
+        without_shm_allreduce()
     if not dist.is_initialized():
         import deepspeed
 
-        if backend == "gloo":
-            without_shm_allreduce()
         deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
     _forget_stale_deepspeed_groups()
     return dist.get_rank(), dist.get_world_size()
@@ -102,7 +102,6 @@ def make_learner(policy: torch.nn.Module, cfg: TrialConfig, gpu: bool):
     """Wrap ``policy`` in a DeepSpeed engine with AdamW at the square-root-scaled learning rate."""
     if not gpu:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
-        without_shm_allreduce()  # a process group that Ray Train made: DeepSpeed sets up its backend here
     import deepspeed
 
     optimizer = torch.optim.AdamW(policy.parameters(), lr=learning_rate(cfg), betas=(0.9, 0.99), weight_decay=0.0)
