@@ -71,7 +71,7 @@ CASES = [
          ("rollout.precision 'int4' is emulated", "profile 'h200-multinode' syncs weights over NCCL",
           "allowed with it: bf16 or fp8")),
     Case("unknown rollout engine", f"{TRIAL} rollout.engine=sglang", ("key 'rollout.engine': must be 'auto', 'vllm' or 'hf'",)),
-    Case("unknown difficulty", f"{TRIAL} task.difficulty=medium", ("key 'task.difficulty': must be 'easy' or 'hard'",)),
+    Case("unknown difficulty", f"{TRIAL} task.difficulty=medium", ("key 'task.difficulty': must be 'easy', 'hard' or 'all'",)),
     Case("unknown model", f"{TRIAL} model.name=tiny-2m", ("key 'model.name': unknown model 'tiny-2m'", "tiny-0.3m, tiny-1m")),
     Case("unknown task", f"{TRIAL} task.name=algebra", ("key 'task.name': unknown task 'algebra'", "allowed: arithmetic")),
     Case("levels the task lacks", f"{TRIAL} task.levels=[9]", ("levels [9] not allowed for task 'arithmetic'",)),
@@ -125,6 +125,8 @@ ELSEWHERE = {
     "a second driver of one sweep": "tests/run/test_core.py::test_a_second_driver_of_one_sweep_is_refused_and_a_killed_one_leaves_no_stale_lock",
     "a rerun pointed at another runs folder": "tests/run/test_core.py::test_a_rerun_pointed_at_another_runs_folder_is_refused_before_anything_is_written",
     "a damaged line in metrics.jsonl": "tests/trial/test_files.py::test_a_damaged_line_in_the_middle_names_the_file_and_the_line",
+    "HPO table file: bad key, default off the grid, a cell that is not a valid trial":
+        "tests/experiments/test_hpo_table.py::test_a_bad_table_file_names_the_file_and_the_key",
 }
 """Kinds of bad input whose check needs more than a command line (named test of another module)."""
 

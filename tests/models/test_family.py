@@ -10,7 +10,7 @@ from isosweep.models.family import qwen2_config
 from isosweep.models.sizes import SIZES
 from isosweep.models.tokenizer import char_tokenizer
 
-EXPECTED = {"tiny-0.3m": 0.3e6, "tiny-1m": 1e6, "tiny-5m": 5e6}
+EXPECTED = {"tiny-0.3m": 0.3e6, "tiny-1m": 1e6, "tiny-5m": 5e6, "tiny-w64": 0.25e6, "tiny-w128": 1e6, "tiny-w256": 4e6}
 
 
 @pytest.mark.parametrize("size", sorted(SIZES))

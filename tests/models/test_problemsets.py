@@ -25,6 +25,8 @@ def test_the_bands_split_every_problem_once():
     assert easy == ["c", "d", "e"]  # 0.3 opens the easy band; a problem always solved is easy, not dropped
     assert hard == ["a", "b"]
     assert select(PROBE, "arithmetic", "train", [3], DIFFICULTY_BANDS["easy"]) == []  # a level not probed
+    every = [p.prompt for p in select(PROBE, "arithmetic", "train", [2], DIFFICULTY_BANDS["all"])]
+    assert every == ["a", "b", "c", "d", "e"]  # ``all``: every probed problem, whatever its rate
 
 
 def test_level_pass_rates_average_each_level():

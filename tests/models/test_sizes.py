@@ -7,7 +7,7 @@ import torch
 from transformers import Qwen2ForCausalLM
 
 from isosweep.models.family import qwen2_config
-from isosweep.models.sizes import CHAR_VOCAB, SIZES, param_count
+from isosweep.models.sizes import CHAR_VOCAB, FAMILY, LADDER, SIZES, param_count
 from isosweep.models.tokenizer import char_tokenizer
 
 
@@ -22,3 +22,10 @@ def test_param_count_is_the_models(size):
 
 def test_the_readme_figures():
     assert [param_count(s) for s in ("tiny-0.3m", "tiny-1m", "tiny-5m")] == [322_880, 955_776, 4_830_464]
+
+
+def test_the_ladder_doubles_the_width_at_a_fixed_depth():
+    shapes = list(LADDER.values())
+    assert [s.hidden for s in shapes] == [64, 128, 256] and {s.layers for s in shapes} == {4}
+    assert {s.intermediate / s.hidden for s in shapes} == {3.5}
+    assert set(LADDER) | set(FAMILY) == set(SIZES) and not set(LADDER) & set(FAMILY)

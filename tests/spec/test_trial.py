@@ -71,6 +71,18 @@ def test_derived_values_follow_the_recipe(tmp_path):
     assert kl_coef(hard_with_kl) == 0.01
 
 
+def test_width_ref_scales_the_learning_rate_by_width_and_needs_a_tiny_size(tmp_path):
+    path = write(tmp_path, "budget: 20000\nmodel: {name: tiny-w256}\n")
+    plain = load_trial(path)
+    assert math.isclose(learning_rate(plain), plain.algorithm.lr_ref)  # unset: no width scaling
+    for size, factor in (("tiny-w64", 2.0), ("tiny-w128", 1.0), ("tiny-w256", 0.5)):
+        cfg = load_trial(path, [f"model.name={size}", "algorithm.width_ref=128"])
+        assert math.isclose(learning_rate(cfg), factor * cfg.algorithm.lr_ref)
+    (tmp_path / "model").mkdir()
+    with pytest.raises(ConfigError, match="width_ref.*not one; allowed: a tiny size"):
+        load_trial(path, [f"model.name={tmp_path / 'model'}", "algorithm.width_ref=128"])
+
+
 def test_config_is_frozen(tmp_path):
     cfg = load_trial(write(tmp_path, "budget: 1000\n"))
     with pytest.raises(Exception):

@@ -22,7 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from isosweep.experiments.side_by_side import side_by_side
 from isosweep.experiments.side_by_side import table as side_by_side_table
-from isosweep.models.sizes import SIZES
+from isosweep.models.sizes import FAMILY
 from isosweep.models.warmup import ensure_base_model
 from isosweep.rollout.hf import HFEngine
 from isosweep.rollout.vllm import VLLMEngine, vllm_available
@@ -96,7 +96,7 @@ def trial_split(trial_yaml: str, overrides: list[str], out: Path) -> dict[str, f
 def main(out: str = "bench/results.json", engines: list[str] | None = None, sizes: list[str] | None = None,
          repeats: int = 3) -> dict:
     engines = engines or (["vllm", "hf"] if vllm_available() else ["hf"])
-    sizes = sizes or list(SIZES)
+    sizes = sizes or list(FAMILY)
     started = time.perf_counter()
     versus = side_by_side(sizes, repeats=repeats)
     Path(out).parent.mkdir(parents=True, exist_ok=True)

@@ -29,11 +29,24 @@ class TinySize:
     """Width of one attention head; vLLM's CPU backend needs at least 32."""
 
 
-SIZES: dict[str, TinySize] = {
+FAMILY: dict[str, TinySize] = {
     "tiny-0.3m": TinySize(hidden=64, layers=6, intermediate=192),
     "tiny-1m": TinySize(hidden=128, layers=4, intermediate=448),
     "tiny-5m": TinySize(hidden=256, layers=6, intermediate=704),
 }
+"""The sizes the sweeps and studies run: each warmed up for the same number of steps."""
+
+LADDER: dict[str, TinySize] = {
+    "tiny-w64": TinySize(hidden=64, layers=4, intermediate=224),
+    "tiny-w128": TinySize(hidden=128, layers=4, intermediate=448),
+    "tiny-w256": TinySize(hidden=256, layers=4, intermediate=896),
+}
+"""A width ladder for HPO across sizes: width doubles at a fixed depth (4 blocks, MLP 3.5x the width),
+and each size is warmed up *to the same stage* (until its pass rate on one shared problem set reaches
+the same target, ``warmup.LADDER_RECIPES``), so the sizes differ in capacity, not in how far their
+warm-up got. Pair it with ``algorithm.width_ref`` so the RL learning rate scales as 1 / width."""
+
+SIZES: dict[str, TinySize] = {**FAMILY, **LADDER}
 
 
 def param_count(size: str, vocab: int = CHAR_VOCAB) -> int:

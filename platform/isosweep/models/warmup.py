@@ -31,7 +31,7 @@ from transformers import Qwen2ForCausalLM
 
 from isosweep.models.family import qwen2_config
 from isosweep.models.problemsets import level_pass_rates, probe_pass_rates
-from isosweep.models.sizes import SIZES
+from isosweep.models.sizes import LADDER, SIZES
 from isosweep.models.tokenizer import char_tokenizer
 from isosweep.rollout.hf import HFEngine
 from isosweep.tasks import Task, get_task
@@ -59,6 +59,14 @@ class WarmupRecipe:
     probe_pool: int = 1024
     """Problems per (split, level) whose base pass rate is measured (fewer if the level has fewer)."""
     max_new_tokens: int = 8
+    stage_pass: float | None = None
+    """If set, warm up *to a stage* instead of for ``steps``: a constant rate after the 50-step ramp, and every
+    ``stage_every`` steps the pass@1 on the shared stage set (``stage_problems`` eval problems of level
+    ``stage_level``, ``probe_samples`` samples each) is measured; the warm-up stops at the first check that
+    reaches ``stage_pass`` (``steps`` is then the most it may take: never reaching it is an error)."""
+    stage_level: int = 2
+    stage_every: int = 50
+    stage_problems: int = 256
 
 
 RECIPES: dict[str, WarmupRecipe] = {
@@ -66,6 +74,31 @@ RECIPES: dict[str, WarmupRecipe] = {
     "countdown": WarmupRecipe(steps=600, level_weights={2: 2.0, 3: 2.0, 4: 1.0}, probe_levels=(2, 3, 4),
                               max_new_tokens=16),
 }
+
+
+LADDER_RECIPES: dict[str, WarmupRecipe] = {
+    "arithmetic": WarmupRecipe(steps=3000, level_weights={1: 1.0, 2: 3.0, 3: 1.5}, probe_levels=(2, 3),
+                               stage_pass=0.4, stage_level=2),
+}
+"""Warm-up of the width ladder (``sizes.LADDER``): every width to the same stage, level-2 pass@1 0.4."""
+
+
+def recipe_for(size: str, task: str) -> WarmupRecipe:
+    """The warm-up recipe of one (size, task): the ladder's to-a-stage recipe for ladder sizes."""
+    recipes = LADDER_RECIPES if size in LADDER else RECIPES
+    if task not in recipes:
+        raise ValueError(f"no warm-up recipe for task {task!r} and size {size!r}; allowed: {', '.join(recipes)}")
+    return recipes[task]
+
+
+def _recipe_key(recipe: WarmupRecipe) -> dict:
+    # the stage fields joined the recipe after the family's models were cached: leaving them out of the key
+    # while unset keeps those models' cache directories (and the studies that name them) where they were
+    fields = asdict(recipe)
+    if recipe.stage_pass is None:
+        for name in ("stage_pass", "stage_level", "stage_every", "stage_problems"):
+            fields.pop(name)
+    return fields
 
 
 def warmup_lr(recipe: WarmupRecipe, size: str) -> float:
@@ -84,8 +117,9 @@ def cache_root() -> Path:
 
 def base_model_dir(size: str, task: str, seed: int) -> Path:
     """The cache directory of one base model (it may not exist yet)."""
-    recipe = RECIPES[task]
-    key = json.dumps([size, asdict(SIZES[size]), task, asdict(recipe), warmup_lr(recipe, size), seed, WARMUP_VERSION],
+    recipe = recipe_for(size, task)
+    key = json.dumps([size, asdict(SIZES[size]), task, _recipe_key(recipe), warmup_lr(recipe, size), seed,
+                      WARMUP_VERSION],
                      sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     return cache_root() / "models" / f"{size}-{task}-s{seed}-{digest}"
@@ -95,8 +129,7 @@ def ensure_base_model(size: str, task: str, seed: int = 0, log: Callable[[str], 
     """Return the base model directory, building it first if it is not cached."""
     if size not in SIZES:
         raise ValueError(f"unknown tiny size {size!r}; allowed: {', '.join(SIZES)}")
-    if task not in RECIPES:
-        raise ValueError(f"no warm-up recipe for task {task!r}; allowed: {', '.join(RECIPES)}")
+    recipe_for(size, task)  # a task without a recipe for this size says so before any lock is taken
     target = base_model_dir(size, task, seed)
     if (target / REPORT_FILE).exists():
         return target
@@ -140,18 +173,39 @@ def _warmup_batch(task: Task, recipe: WarmupRecipe, rng: random.Random, tokenize
     return ids, attention, loss_mask
 
 
+def stage_pass_rate(model, tokenizer, task: Task, recipe: WarmupRecipe, seed: int) -> float:
+    """pass@1 on the shared stage set: the first ``stage_problems`` eval problems of ``stage_level`` (the same
+    problems for every size and seed of the warm-up), ``probe_samples`` samples each."""
+    problems = task.problems("eval", recipe.stage_level, recipe.stage_problems, 0)
+    engine = HFEngine(model, tokenizer, recipe.max_new_tokens, temperature=1.0)
+    model.eval()
+    rollouts = engine.generate([p.prompt for p in problems], recipe.probe_samples, seed=seed)
+    model.train()
+    rewards = [task.reward(problems[i // recipe.probe_samples], text) for i, text in enumerate(rollouts.texts)]
+    return sum(rewards) / len(rewards)
+
+
 def build_base_model(size: str, task_name: str, seed: int, out: Path,
-                     log: Callable[[str], None] = print) -> dict:
-    """Warm a fresh tiny model up on ``task_name`` and save it, its tokenizer, probe and report to ``out``."""
-    task, recipe = get_task(task_name), RECIPES[task_name]
+                     log: Callable[[str], None] = print, recipe: WarmupRecipe | None = None) -> dict:
+    """Warm a fresh tiny model up on ``task_name`` and save it, its tokenizer, probe and report to ``out``.
+
+    ``recipe`` (default: ``recipe_for(size, task_name)``) with ``stage_pass`` set warms up to that stage
+    and raises ``RuntimeError`` if ``steps`` do not get there."""
+    task, recipe = get_task(task_name), recipe or recipe_for(size, task_name)
     tokenizer = char_tokenizer()
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(qwen2_config(size, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id))
     optimizer = torch.optim.AdamW(model.parameters(), lr=warmup_lr(recipe, size), weight_decay=0.01)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + math.cos(math.pi * s / recipe.steps)))
+    staged = recipe.stage_pass is not None
+
+    def shape(s: int) -> float:  # a 50-step ramp, then a cosine over ``steps`` (constant when warming to a stage)
+        return min(1.0, (s + 1) / 50) * (1.0 if staged else 0.5 * (1 + math.cos(math.pi * s / recipe.steps)))
+
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, shape)
     rng = random.Random(seed)
     start = time.perf_counter()
+    stage: dict[str, float] = {}
+    rate = math.nan
     model.train()
     for step in range(recipe.steps):
         ids, attention, loss_mask = _warmup_batch(task, recipe, rng, tokenizer)
@@ -166,6 +220,17 @@ def build_base_model(size: str, task_name: str, seed: int, out: Path,
         schedule.step()
         if step % 100 == 0 or step == recipe.steps - 1:
             log(f"[warm-up {size}/{task_name}] step {step + 1}/{recipe.steps} loss {loss.item():.3f}")
+        if staged and (step + 1) % recipe.stage_every == 0:
+            rate = stage_pass_rate(model, tokenizer, task, recipe, seed)
+            log(f"[warm-up {size}/{task_name}] step {step + 1}: stage pass@1 {rate:.3f} (target {recipe.stage_pass})")
+            if rate >= recipe.stage_pass:
+                stage = {"steps": step + 1, "pass@1": round(rate, 4), "target": recipe.stage_pass,
+                         "level": recipe.stage_level, "problems": recipe.stage_problems}
+                break
+    else:
+        if staged:
+            raise RuntimeError(f"warm-up of {size} on {task_name} did not reach the stage (level-{recipe.stage_level} "
+                               f"pass@1 {recipe.stage_pass}) within {recipe.steps} steps (last check {rate:.3f})")
     train_seconds = time.perf_counter() - start
 
     model.eval()
@@ -179,6 +244,7 @@ def build_base_model(size: str, task_name: str, seed: int, out: Path,
         "parameters": sum(p.numel() for p in model.parameters()),
         "warmup_seconds": round(train_seconds, 1),
         "eval_pass@1": level_pass_rates(probe, "eval"),
+        **({"stage": stage} if staged else {}),
     }
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)

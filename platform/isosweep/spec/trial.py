@@ -28,13 +28,14 @@ from isosweep.spec.yamlio import ConfigError, Section, merge, parse_overrides, r
 from isosweep.tasks import HFDatasetTask, Task, get_task
 from isosweep.tasks.hf_dataset import PREFIX as HF_PREFIX
 
-Difficulty = Literal["easy", "hard"]
+Difficulty = Literal["easy", "hard", "all"]
 
-DIFFICULTY_BANDS: dict[str, tuple[float, float]] = {"easy": (0.3, 1.0), "hard": (0.0, 0.3)}
-"""Base pass-rate band ``[low, high)`` (``high`` inclusive at 1.0) of the problems in each set."""
+DIFFICULTY_BANDS: dict[str, tuple[float, float]] = {"easy": (0.3, 1.0), "hard": (0.0, 0.3), "all": (0.0, 1.0)}
+"""Base pass-rate band ``[low, high)`` (``high`` inclusive at 1.0) of the problems in each set. ``all`` keeps
+every probed problem of the levels: the same problems whatever the base model (a width ladder's shared set)."""
 
-REGULARISATION: dict[str, tuple[float, float]] = {"easy": (1e-3, 1e-3), "hard": (0.0, 0.0)}
-"""Default ``(kl_coef, entropy_coef)`` per difficulty: on for easy sets, off for hard ones."""
+REGULARISATION: dict[str, tuple[float, float]] = {"easy": (1e-3, 1e-3), "hard": (0.0, 0.0), "all": (1e-3, 1e-3)}
+"""Default ``(kl_coef, entropy_coef)`` per difficulty: on for easy sets (and all problems), off for hard ones."""
 
 
 @functools.cache
@@ -80,7 +81,8 @@ class TaskConfig(Section):
     levels: tuple[int, ...] = (2,)
     """Task difficulty levels to draw problems from (digits for arithmetic, numbers for countdown; 0 for datasets)."""
     difficulty: Difficulty = "easy"
-    """Problem set by base pass rate: ``easy`` (rate >= 0.3) or ``hard`` (rate < 0.3)."""
+    """Problem set by base pass rate: ``easy`` (rate >= 0.3), ``hard`` (rate < 0.3) or ``all`` (every problem of the
+    levels: the same set for every base model)."""
     eval_problems: int = Field(256, gt=0)
     """Held-out problems per evaluation (fewer if the set has fewer)."""
     dataset_config: str | None = None
@@ -164,6 +166,10 @@ class AlgorithmConfig(Section):
     healthy at both and tied, and the larger one learns faster."""
     batch_ref: int = Field(128, gt=0)
     """Reference batch (rollouts per step) for ``lr_ref``."""
+    width_ref: int | None = Field(None, gt=0)
+    """If set, ``lr_ref`` is the rate at this model width and the learning rate also scales by
+    ``width_ref / width`` (tiny sizes only): one ``lr_ref`` then means the same for every width of a ladder,
+    as the warm-up's rate does. Unset (default): no width scaling."""
     clip_low: float = Field(0.2, gt=0, lt=1)
     """PPO ratio clip below 1: ratios under ``1 - clip_low`` are clipped."""
     clip_high: float = Field(0.28, gt=0)
@@ -255,6 +261,10 @@ class TrialConfig(Section):
         if self.model.name in SIZES and self.task.name not in ("arithmetic", "countdown"):
             raise ValueError(f"model.name {self.model.name!r} is a tiny base model, warmed up only on the synthetic "
                              "tasks; allowed with task.name arithmetic or countdown (use a real model for datasets)")
+        if self.algorithm.width_ref is not None and self.model.name not in SIZES:
+            raise ValueError(f"algorithm.width_ref scales the learning rate by the width of a tiny size, and "
+                             f"model.name {self.model.name!r} is not one; allowed: a tiny size "
+                             f"({', '.join(SIZES)}) or no algorithm.width_ref")
         if self.model.name in SIZES and self.task.prompt_format == "chat":
             raise ValueError(f"task.prompt_format 'chat' needs a chat template, and the tiny model {self.model.name!r} "
                              "has none; allowed with a tiny model: raw or auto")
@@ -300,8 +310,12 @@ def eval_steps(cfg: TrialConfig) -> list[int]:
 
 
 def learning_rate(cfg: TrialConfig) -> float:
-    """Square-root batch scaling: ``lr_ref * sqrt(Bp * n / batch_ref)``."""
-    return cfg.algorithm.lr_ref * math.sqrt(cfg.Bp * cfg.n / cfg.algorithm.batch_ref)
+    """Square-root batch scaling, ``lr_ref * sqrt(Bp * n / batch_ref)``, times ``width_ref / width`` if
+    ``algorithm.width_ref`` is set."""
+    lr = cfg.algorithm.lr_ref * math.sqrt(cfg.Bp * cfg.n / cfg.algorithm.batch_ref)
+    if cfg.algorithm.width_ref is not None:
+        lr *= cfg.algorithm.width_ref / SIZES[cfg.model.name].hidden
+    return lr
 
 
 def engine_choice(cfg: TrialConfig) -> tuple[str, str]:
