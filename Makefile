@@ -11,6 +11,8 @@
 #                                   -> bench/results.json
 #   make hpo-bench [PART=synthetic|real]  JF-HPO vs random / ASHA: Hartmann test function (seconds) and tiny-family
 #                                   studies (about an hour on 2 cores) -> bench/hpo.json, dashboards/hpo-bench/
+#   make hpo-table [TABLE=sweeps/tables/hpo-table-pilot.yaml]  learning curves over an HPO grid, run in process, and
+#                                   whether they have signal -> dashboards/<name>/ (table.json, signal.md)
 #   make sweep SWEEP=sweeps/jfhpo.yaml [BUDGET=8192] [STUDY_BUDGET=4x]   an HPO study (JF-HPO; search: random | asha)
 #   make sweep [BUDGET=1e5] [SWEEP=sweeps/isocompute-easy.yaml]
 #                                   iso-compute sweep on local Ray + MLflow; prints the frontier table
@@ -40,7 +42,7 @@ STUDY_BUDGET ?=
 RUNS ?= runs/sweeps
 DASHBOARDS ?= dashboards
 
-.PHONY: hpo-bench cluster-up cluster-down submit venv browser ui-screenshot test models trial ais-study calibrate validate-stats report bench sweep frontier recommend ui ui-stop clean
+.PHONY: hpo-bench hpo-table cluster-up cluster-down submit venv browser ui-screenshot test models trial ais-study calibrate validate-stats report bench sweep frontier recommend ui ui-stop clean
 
 venv: $(STAMP)
 
@@ -87,6 +89,10 @@ bench: $(STAMP)
 PART ?= all
 hpo-bench: $(STAMP)
 	$(BIN)/isosweep hpo-bench --part $(PART) --out bench/hpo.json $(if $(BUDGET),--budget $(BUDGET)) $(if $(STUDY_BUDGET),--study-budget $(STUDY_BUDGET))
+
+TABLE ?= sweeps/tables/hpo-table-pilot.yaml
+hpo-table: $(STAMP)
+	$(BIN)/isosweep hpo-table $(TABLE)
 
 sweep: $(STAMP)
 	$(BIN)/isosweep sweep $(SWEEP) $(if $(BUDGET),--budget $(BUDGET)) $(if $(STUDY_BUDGET),--study-budget $(STUDY_BUDGET)) --runs $(RUNS) --dashboards $(DASHBOARDS)

@@ -7,6 +7,7 @@
     isosweep validate-stats [--repeats 20] [--out dashboards/methods]
     isosweep report [--refresh] [--dashboards dashboards]   the papers' claims tested on the studies -> REPORT.md
     isosweep bench [--out bench/results.json]
+    isosweep hpo-table [sweeps/tables/x.yaml] [--limit N]   learning curves over an HPO grid, and their signal
     isosweep sweep sweeps/isocompute-easy.yaml [--budget 1e5] [--dry-run] [--address auto]
     isosweep frontier <sweep-id>          redo a sweep's frontier analysis from MLflow alone
     isosweep recommend --budget 1e6 [--difficulty easy] [--metric mean] [--suggest sweeps] [--from dashboards]
@@ -31,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from isosweep.models.sizes import SIZES
+from isosweep.models.sizes import FAMILY, LADDER, SIZES
 from isosweep.report.studies import write_report as write_study_report
 from isosweep.run.plan import plan
 from isosweep.run.submit import how_to_follow, ray_cli, submit, token_auth
@@ -61,7 +62,7 @@ def _trial(args: argparse.Namespace) -> None:
 def _models_build(args: argparse.Namespace) -> None:
     from isosweep.models.warmup import REPORT_FILE, ensure_base_model  # torch, transformers
 
-    for size in args.sizes or list(SIZES):
+    for size in args.sizes or list(FAMILY):
         path = ensure_base_model(size, args.task, args.seed)
         report = json.loads((path / REPORT_FILE).read_text())
         print(f"{size:10s} {report['parameters']:>9,d} params  warm-up {report['warmup_seconds']:>5.0f}s  "
@@ -215,6 +216,15 @@ def _hpo_bench(args: argparse.Namespace) -> None:
         margins=tuple(args.margin or MARGINS), runs_root=Path(args.runs).expanduser())
 
 
+def _hpo_table(args: argparse.Namespace) -> None:
+    from isosweep.experiments.hpo_table import build, load_table_spec  # torch, DeepSpeed when a curve runs
+
+    out = Path(args.out) if args.out else Path("dashboards") / load_table_spec(args.spec)[0].name
+    table = build(args.spec, out, limit=args.limit)
+    print((out / "signal.md").read_text())
+    print(f"[hpo-table] {len(table['cells'])} of {table['expected_cells']} curves; table.json and signal.md in {out}")
+
+
 def _recommend(args: argparse.Namespace) -> None:
     from isosweep.run.recommend import recommend  # SciPy, the fitting; MLflow unless --from
 
@@ -257,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     models = commands.add_parser("models", help="tiny model family")
     models_commands = models.add_subparsers(dest="models_command", required=True)
     build = models_commands.add_parser("build", help="build (or find cached) base models")
-    build.add_argument("--sizes", nargs="*", help="tiny sizes (default: all)")
+    build.add_argument("--sizes", nargs="*", choices=list(SIZES), metavar="SIZE",
+                       help=f"tiny sizes (default: the family, {' '.join(FAMILY)}; the width ladder: {' '.join(LADDER)})")
     build.add_argument("--task", default="arithmetic", help="task to warm up on (default: arithmetic)")
     build.add_argument("--seed", type=int, default=0, help="warm-up seed (default: 0)")
     build.set_defaults(run=_models_build)
@@ -301,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
                                    "one trial's time split")
     bench.add_argument("--out", default="bench/results.json", help="where to write the figures")
     bench.add_argument("--engines", nargs="*", help="engines to measure (default: vllm and hf where installed)")
-    bench.add_argument("--sizes", nargs="*", help="tiny sizes (default: all)")
+    bench.add_argument("--sizes", nargs="*", help=f"tiny sizes (default: {' '.join(FAMILY)})")
     bench.add_argument("--repeats", type=int, default=3, help="interleaved runs of each contender in the side-by-side")
     bench.set_defaults(run=_bench)
 
@@ -333,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
                               "with its predicted value, interval, P(best) and warnings")
     rec.add_argument("--budget", required=True, help="C, rollouts for the run (e.g. 1e6)")
     rec.add_argument("--task", default=None, help="only sweeps of this task (e.g. arithmetic)")
-    rec.add_argument("--difficulty", choices=["easy", "hard"], default=None, help="only sweeps of this difficulty")
+    rec.add_argument("--difficulty", choices=["easy", "hard", "all"], default=None, help="only sweeps of this difficulty")
     rec.add_argument("--model", default=None, help="only sweeps of this base model (e.g. tiny-1m)")
     rec.add_argument("--metric", default="mean", help="mean, best or worst (@k of the sweeps' eval.k; default: mean)")
     rec.add_argument("--sweeps", nargs="+", default=None, help="plan from these sweep ids (or their starts) only")
@@ -380,6 +391,15 @@ def main(argv: list[str] | None = None) -> int:
     hpo.add_argument("--runs", default="runs/sweeps", help="(b) where the studies' trial directories go")
     hpo.add_argument("--out", default="bench/hpo.json", help="where to write the figures")
     hpo.set_defaults(run=_hpo_bench)
+
+    table = commands.add_parser("hpo-table", help="a table of learning curves (grid x sizes x seeds, each curve a trial "
+                                "run in process) and the check that it has signal, for a tabular HPO benchmark")
+    table.add_argument("spec", nargs="?", default="sweeps/tables/hpo-table-pilot.yaml",
+                       help="the table file (default: sweeps/tables/hpo-table-pilot.yaml)")
+    table.add_argument("--out", default=None, help="output directory (default: dashboards/<the table's name>)")
+    table.add_argument("--limit", type=int, default=None,
+                       help="run at most this many unfinished curves, then write what is finished (a rerun continues)")
+    table.set_defaults(run=_hpo_table)
 
     args = parser.parse_args(argv)
     try:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from isosweep.experiments.hpo_table import load_table_spec
 from isosweep.spec.grid import Sweep
 from isosweep.spec.hpo import HPOStudy
 from isosweep.spec.study import load_study
@@ -20,6 +21,10 @@ SWEEP_FILES = sorted((ROOT / "sweeps").rglob("*.yaml"))
 def test_every_file_in_sweeps_loads(path):
     if path.parent.name == "trials":
         assert steps(load_trial(path)) >= 1
+        return
+    if path.parent.name == "tables":  # tables of learning curves for the HPO benchmark (isosweep hpo-table)
+        spec, grid = load_table_spec(path)
+        assert spec.default in grid
         return
     study = load_study(path)
     if isinstance(study, HPOStudy):

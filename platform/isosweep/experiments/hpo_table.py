@@ -1,0 +1,321 @@
+"""The HPO benchmark's table of learning curves, built in process, and the check that it has signal.
+
+A *tabular* HPO benchmark (the way HPOBench, YAHPO Gym and LCBench are built) precomputes, once,
+the learning curve of every configuration of a grid x every model size x several training seeds;
+searchers then replay it instead of training. Before any searcher is compared on a table, the
+table must have something to find. This module builds a table and checks that first.
+
+**Building** (``build``): every cell (size, grid configuration, seed) is an ordinary trial
+(``train_loop``) run in this process, one after another, into ``<out>/runs/<cell>``: no Ray Train
+job per curve (whose start-up, 15-50 s on a 2-core machine, would dominate short curves), the
+same training, evaluation and checkpoint code as a sweep's trials. A finished cell is not run
+again and an interrupted one resumes from its checkpoint, so a long build is split into runs
+that each continue the last. Every curve keeps its evaluations' per-problem correct counts
+(the trial's ``metrics.jsonl``), so each value comes with its noise.
+
+**Signal** (``signal``), at the target size (the last of ``sizes``) and the full budget, each
+configuration's value is its final mean@k averaged over seeds. Differences between two
+configurations are paired: the same eval problems (a fixed eval set per task, difficulty and
+base model) and the same seeds. A difference's standard error is the larger of
+
+- the eval noise: the standard error over problems of the per-problem difference (the
+  per-problem mean@k is the pass rate c/s, averaged over seeds), and
+- the seed noise: the standard deviation of the per-seed differences over sqrt(seeds) (with
+  one seed, only the eval noise is known, and the check says so).
+
+The preconditions (what a comparison of searchers needs from the table):
+
+1. an **interior optimum**: the best configuration is at neither edge of any searched axis
+   of the grid;
+2. the best beats the **default** configuration by at least ``DEFAULT_SE`` standard errors;
+3. the best beats the **median** configuration by at least ``MEDIAN_SE`` standard errors;
+4. with more than one size, each proxy size **ranks** the configurations like the target
+   (Spearman rho of the per-configuration values, ``RHO_MIN`` for the largest proxy).
+
+    isosweep hpo-table sweeps/tables/hpo-table-pilot.yaml --out dashboards/hpo-table-pilot
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import Field, field_validator, model_validator
+from scipy.stats import spearmanr
+
+from isosweep.spec.trial import TrialConfig, load_trial
+from isosweep.spec.trial import steps as total_steps
+from isosweep.spec.yamlio import ConfigError, Section, read_yaml, validate
+from isosweep.track.curves import COUNTS_KEY, SAMPLES_KEY
+from isosweep.trial.files import TrialDir, atomic_write
+
+DEFAULT_SE = 3.0
+MEDIAN_SE = 5.0
+RHO_MIN = 0.6
+
+
+class TableSpec(Section):
+    """A table of learning curves: the grid, the sizes and the seeds every curve is run at."""
+
+    name: str
+    """Names the table's folder of runs and its report."""
+    trial: str
+    """The base trial file (relative to the spec's folder); each cell overrides the grid's keys."""
+    budget: int = Field(gt=0)
+    """C: rollouts of every curve (its last evaluation is at C)."""
+    sizes: list[str] = Field(min_length=1)
+    """The model ladder, smallest first; the last is the target."""
+    seeds: list[int] = Field(min_length=1)
+    """Training seeds of every cell."""
+    grid: dict[str, list[Any]] = Field(min_length=1)
+    """Dotted trial keys and the values each takes; the table holds every combination."""
+    default: dict[str, Any]
+    """The configuration a user would run without HPO; must be one of the grid's."""
+    set: dict[str, Any] = {}
+    """Dotted trial keys set for every cell (e.g. the rollout engine, the eval points)."""
+
+    @field_validator("grid")
+    @classmethod
+    def _axes_have_values(cls, grid: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        for key, values in grid.items():
+            if not values:
+                raise ValueError(f"grid axis {key!r} has no values; allowed: a list of at least one value")
+        return {key: [_number(v) for v in values] for key, values in grid.items()}
+
+    @field_validator("default")
+    @classmethod
+    def _default_numbers(cls, default: dict[str, Any]) -> dict[str, Any]:
+        return {key: _number(value) for key, value in default.items()}
+
+    @model_validator(mode="after")
+    def _default_in_grid(self) -> TableSpec:
+        if set(self.default) != set(self.grid):
+            raise ValueError(f"default must set exactly the grid's keys {sorted(self.grid)} (got {sorted(self.default)})")
+        for key, value in self.default.items():
+            if value not in self.grid[key]:
+                raise ValueError(f"default {key} = {value!r} is not on the grid; allowed: {self.grid[key]}")
+        return self
+
+
+def _number(value: Any) -> Any:
+    # YAML reads 1e-5 (no dot) as a string: a value that reads as a number is one, so 1e-5 and 1.0e-5 match
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def load_table_spec(path: str | Path) -> tuple[TableSpec, list[dict[str, Any]]]:
+    """The spec, and each cell's trial config as data (checked: every cell is a valid trial)."""
+    path = Path(path)
+    spec = validate(TableSpec, read_yaml(path), str(path))
+    trial = path.parent / spec.trial
+    for config in configs(spec):
+        for size in spec.sizes:
+            overrides = {**spec.set, **config, "model.name": size, "budget": spec.budget}
+            try:
+                load_trial(trial, [f"{key}={json.dumps(value)}" for key, value in overrides.items()])
+            except ConfigError as err:
+                raise ConfigError(f"{path}: a cell of the grid is not a valid trial: {err}") from None
+    return spec, configs(spec)
+
+
+def configs(spec: TableSpec) -> list[dict[str, Any]]:
+    """Every combination of the grid's values, in the grid's order."""
+    keys = list(spec.grid)
+    return [dict(zip(keys, values)) for values in itertools.product(*(spec.grid[key] for key in keys))]
+
+
+def config_key(config: dict[str, Any]) -> str:
+    """A short readable name of one configuration, e.g. ``lr_ref=1e-05,kl_coef=0``."""
+    return ",".join(f"{key.rsplit('.', 1)[-1]}={value:g}" if isinstance(value, float) else
+                    f"{key.rsplit('.', 1)[-1]}={value}" for key, value in config.items())
+
+
+def cell_trial(spec: TableSpec, trial_file: Path, size: str, config: dict[str, Any], seed: int) -> TrialConfig:
+    overrides = {**spec.set, **config, "model.name": size, "budget": spec.budget, "seed": seed}
+    return load_trial(trial_file, [f"{key}={json.dumps(value)}" for key, value in overrides.items()])
+
+
+def cell_dir(out: Path, size: str, config: dict[str, Any], seed: int) -> Path:
+    return out / "runs" / size / f"{config_key(config)},seed={seed}"
+
+
+def finished(cfg: TrialConfig, folder: Path) -> bool:
+    records = TrialDir(folder).records() if (folder / "metrics.jsonl").exists() else []
+    return bool(records) and records[-1]["step"] == total_steps(cfg)
+
+
+def build(spec_path: str | Path, out: str | Path, log: Callable[[str], None] = print,
+          limit: int | None = None) -> dict:
+    """Run every unfinished cell (at most ``limit`` this call), then write ``table.json`` and ``signal.md``.
+
+    Cells run target first (its signal decides whether the proxies are worth building), then the
+    proxies from the largest down, each size by configuration, then seed; a rerun skips finished
+    cells and resumes an interrupted one.
+    """
+    from isosweep.trial.loop import train_loop  # torch, DeepSpeed
+
+    spec_path, out = Path(spec_path), Path(out)
+    spec, grid = load_table_spec(spec_path)
+    trial_file = spec_path.parent / spec.trial
+    cells = [(size, config, seed) for size in reversed(spec.sizes) for config in grid for seed in spec.seeds]
+    ran = 0
+    for i, (size, config, seed) in enumerate(cells):
+        cfg = cell_trial(spec, trial_file, size, config, seed)
+        folder = cell_dir(out, size, config, seed)
+        if finished(cfg, folder):
+            continue
+        if limit is not None and ran >= limit:
+            break
+        log(f"[hpo-table] cell {i + 1}/{len(cells)}: {size} {config_key(config)} seed {seed}")
+        t0 = time.perf_counter()
+        folder.mkdir(parents=True, exist_ok=True)
+        train_loop(cfg, folder, log=log)
+        (folder / "wall_s").write_text(f"{time.perf_counter() - t0:.1f}\n")
+        ran += 1
+    table = collect(spec, spec_path, out)
+    atomic_write(out / "table.json", json.dumps(table, indent=1) + "\n")
+    atomic_write(out / "signal.md", signal_text(table))
+    return table
+
+
+def collect(spec: TableSpec, spec_path: Path, out: Path) -> dict:
+    """Every finished curve of the table: its evaluations with per-problem counts."""
+    trial_file = spec_path.parent / spec.trial
+    cells = []
+    for size in spec.sizes:
+        for config in configs(spec):
+            for seed in spec.seeds:
+                cfg = cell_trial(spec, trial_file, size, config, seed)
+                folder = cell_dir(out, size, config, seed)
+                if not finished(cfg, folder):
+                    continue
+                k = cfg.eval.k
+                curve = [{"rollouts": r["rollouts"], "value": r[f"eval/mean@{k}"], "counts": r[COUNTS_KEY],
+                          "samples": r[SAMPLES_KEY], "wall_s": r.get("system/wall_s")}
+                         for r in TrialDir(folder).records()]
+                wall = folder / "wall_s"
+                cells.append({"size": size, "config": config, "seed": seed, "curve": curve,
+                              "run_wall_s": float(wall.read_text()) if wall.exists() else None})
+    return {"name": spec.name, "spec": spec.model_dump(), "metric": "mean@k (per-problem pass rate c/s)",
+            "cells": cells, "expected_cells": len(spec.sizes) * len(configs(spec)) * len(spec.seeds)}
+
+
+def _rates(cell: dict, point: int = -1) -> np.ndarray:
+    at = cell["curve"][point]
+    return np.asarray(at["counts"], dtype=float) / at["samples"]
+
+
+def paired_difference(a: list[dict], b: list[dict]) -> tuple[float, float, str]:
+    """``(mean difference a - b, its standard error, which noise sets it)`` at the full budget.
+
+    ``a`` and ``b`` are one configuration's cells each (same size), matched by seed; the
+    per-problem pass rates are averaged over the seeds both have.
+    """
+    by_seed_a, by_seed_b = {c["seed"]: _rates(c) for c in a}, {c["seed"]: _rates(c) for c in b}
+    seeds = sorted(set(by_seed_a) & set(by_seed_b))
+    if not seeds:
+        raise ValueError("the two configurations share no seed")
+    diffs = np.stack([by_seed_a[s] - by_seed_b[s] for s in seeds])  # (seeds, problems)
+    per_problem = diffs.mean(axis=0)
+    eval_se = float(per_problem.std(ddof=1) / math.sqrt(per_problem.size))
+    per_seed = diffs.mean(axis=1)
+    seed_se = float(per_seed.std(ddof=1) / math.sqrt(len(seeds))) if len(seeds) > 1 else 0.0
+    return float(per_problem.mean()), max(eval_se, seed_se), "seeds" if seed_se > eval_se else "eval"
+
+
+def spearman(x: list[float], y: list[float]) -> float:
+    """Spearman's rank correlation (average ranks for ties)."""
+    return float(spearmanr(x, y).statistic)
+
+
+def signal(table: dict) -> dict:
+    """The preconditions of a comparison of searchers on this table (see the module docstring)."""
+    spec = TableSpec(**table["spec"])
+    target = spec.sizes[-1]
+    keys = [config_key(c) for c in configs(spec)]
+    cells: dict[str, dict[str, list[dict]]] = {}
+    for cell in table["cells"]:
+        cells.setdefault(cell["size"], {}).setdefault(config_key(cell["config"]), []).append(cell)
+    at_target = cells.get(target, {})
+    if len(at_target) < len(keys):
+        return {"complete": False, "why": f"{len(at_target)} of {len(keys)} configurations finished at {target}"}
+    values = {key: statistics.fmean(float(_rates(c).mean()) for c in at_target[key]) for key in keys}
+    ranked = sorted(keys, key=values.__getitem__, reverse=True)
+    best = ranked[0]
+    best_config = configs(spec)[keys.index(best)]
+    edges = [axis for axis, options in spec.grid.items()
+             if len(options) > 2 and best_config[axis] in (options[0], options[-1])]
+    default = config_key(spec.default)
+    median = ranked[len(ranked) // 2]
+    d_default = paired_difference(at_target[best], at_target[default]) if best != default else (0.0, 0.0, "eval")
+    d_median = paired_difference(at_target[best], at_target[median])
+    seeds = min(len(v) for v in at_target.values())
+    out: dict[str, Any] = {
+        "complete": True, "target": target, "values": values, "ranking": ranked, "best": best,
+        "default": default, "median": median, "seeds": seeds,
+        "base": statistics.fmean(float(_rates(c, 0).mean()) for c in at_target[best]),
+        "interior": not edges, "edge_axes": edges,
+        "best_minus_default": {"diff": d_default[0], "se": d_default[1], "noise": d_default[2]},
+        "best_minus_median": {"diff": d_median[0], "se": d_median[1], "noise": d_median[2]},
+        "rho": {},
+    }
+    for size in spec.sizes[:-1]:
+        at = cells.get(size, {})
+        if len(at) == len(keys):
+            proxy = [statistics.fmean(float(_rates(c).mean()) for c in at[key]) for key in keys]
+            out["rho"][size] = spearman(proxy, [values[key] for key in keys])
+    ratio = lambda d: d["diff"] / d["se"] if d["se"] > 0 else (math.inf if d["diff"] > 0 else 0.0)  # noqa: E731
+    out["checks"] = {
+        "interior optimum": out["interior"],
+        f"best - default >= {DEFAULT_SE:g} se": ratio(out["best_minus_default"]) >= DEFAULT_SE,
+        f"best - median >= {MEDIAN_SE:g} se": ratio(out["best_minus_median"]) >= MEDIAN_SE,
+    }
+    if len(spec.sizes) > 1:
+        largest = spec.sizes[-2]
+        out["checks"][f"rho({largest}, {target}) >= {RHO_MIN:g}"] = out["rho"].get(largest, -1.0) >= RHO_MIN
+    return out
+
+
+def signal_text(table: dict) -> str:
+    """``signal.md``: each configuration's value at the target, and each precondition met or not."""
+    spec = TableSpec(**table["spec"])
+    found = signal(table)
+    lines = [f"# Signal check: {table['name']}", "",
+             f"{len(table['cells'])} of {table['expected_cells']} curves finished; grid "
+             + " x ".join(f"{key} {values}" for key, values in spec.grid.items())
+             + f"; sizes {spec.sizes}; seeds {spec.seeds}; C = {spec.budget:,} rollouts per curve.", ""]
+    if not found["complete"]:
+        return "\n".join(lines + [f"Not checked yet: {found['why']}.", ""])
+    lines += [f"Value: mean@k at C on the fixed eval set, averaged over {found['seeds']} seed(s); "
+              f"base model {found['base']:.3f}.", "", f"| configuration ({found['target']}) | value | gain over base |",
+              "| --- | --- | --- |"]
+    for key in found["ranking"]:
+        tags = [tag for tag, name in (("best", found["best"]), ("default", found["default"]),
+                                      ("median", found["median"])) if name == key]
+        lines.append(f"| {key}{' (' + ', '.join(tags) + ')' if tags else ''} | {found['values'][key]:.3f} | "
+                     f"{found['values'][key] - found['base']:+.3f} |")
+    lines.append("")
+    for name, d in (("default", found["best_minus_default"]), ("median", found["best_minus_median"])):
+        lines.append(f"- best - {name}: {d['diff']:+.4f} (se {d['se']:.4f}, set by the {d['noise']} noise"
+                     + (f"; {d['diff'] / d['se']:.1f} se)" if d["se"] > 0 else ")"))
+    if found["edge_axes"]:
+        lines.append(f"- the best sits at an edge of: {', '.join(found['edge_axes'])} (extend the grid that way)")
+    for size, rho in found["rho"].items():
+        lines.append(f"- Spearman rho({size}, {found['target']}) = {rho:.2f}")
+    if found["seeds"] < 2:
+        lines.append("- one seed: the standard errors hold the eval noise only, not the seed-to-seed noise")
+    lines += ["", "| precondition | met |", "| --- | --- |"]
+    lines += [f"| {name} | {'yes' if ok else 'no'} |" for name, ok in found["checks"].items()]
+    verdict = "all met" if all(found["checks"].values()) else "not met: do not compare searchers on this table"
+    return "\n".join(lines + ["", f"**Preconditions: {verdict}.**", ""])
