@@ -78,7 +78,7 @@ RECIPES: dict[str, WarmupRecipe] = {
 
 LADDER_RECIPES: dict[str, WarmupRecipe] = {
     "arithmetic": WarmupRecipe(steps=3000, level_weights={1: 1.0, 2: 3.0, 3: 1.5}, probe_levels=(2, 3),
-                               stage_pass=0.4, stage_level=2),
+                               stage_pass=0.4, stage_level=2, stage_every=10),
 }
 """Warm-up of the width ladder (``sizes.LADDER``): every width to the same stage, level-2 pass@1 0.4."""
 
