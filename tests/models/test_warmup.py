@@ -6,6 +6,8 @@ import dataclasses
 import json
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from isosweep.models import warmup
 
@@ -23,7 +25,7 @@ def test_the_family_keeps_its_cache_directories():
 
 
 SMALL = dataclasses.replace(warmup.LADDER_RECIPES["arithmetic"], steps=40, stage_every=20, stage_problems=16,
-                            probe_pool=16, probe_samples=2)
+                            batch=32, probe_pool=16, probe_samples=2)
 
 
 def test_a_staged_warm_up_stops_at_the_first_check_that_reaches_the_stage(tmp_path):
@@ -31,7 +33,7 @@ def test_a_staged_warm_up_stops_at_the_first_check_that_reaches_the_stage(tmp_pa
     report = warmup.build_base_model("tiny-w64", "arithmetic", 0, tmp_path, log=lines.append,
                                      recipe=dataclasses.replace(SMALL, stage_pass=0.0))
     assert report["stage"] == {"steps": 20, "pass@1": report["stage"]["pass@1"], "target": 0.0, "level": 2,
-                               "problems": 16}
+                               "problems": 16, "checked_every": 20}
     assert sum("stage pass@1" in line for line in lines) == 1
     assert json.loads((tmp_path / warmup.REPORT_FILE).read_text())["stage"]["steps"] == 20
 
@@ -41,3 +43,27 @@ def test_a_stage_never_reached_is_an_error_naming_it(tmp_path):
         warmup.build_base_model("tiny-w64", "arithmetic", 0, tmp_path, log=lambda _: None,
                                 recipe=dataclasses.replace(SMALL, steps=20, stage_pass=1.01))
     assert not (tmp_path / warmup.REPORT_FILE).exists()
+
+
+def test_a_check_that_overshoots_the_stage_steps_back_and_lands_where_a_plain_run_to_that_step_does(
+        tmp_path, monkeypatch):
+    # Learning the task "clicks" (tiny-w128: 0.376 -> 0.517 in 10 steps). The measurements are scripted here,
+    # in check order, so the click happens on cue; the training and the rewind are real.
+    script = iter([0.1, 0.2, 0.9, 0.3, 0.42])  # steps 10, 20, 30 (overshoot: back to 20), then 21, 22
+    monkeypatch.setattr(warmup, "stage_pass_rate", lambda *args: next(script))
+    lines: list[str] = []
+    recipe = dataclasses.replace(SMALL, stage_pass=0.4, stage_every=10, stage_tolerance=0.05)
+    rewound = warmup.build_base_model("tiny-w64", "arithmetic", 0, tmp_path / "a", log=lines.append, recipe=recipe)
+    assert report_stage(rewound) == (22, 0.42, 1)
+    assert any("overshoots the stage by more than 0.05: back to step 20" in line for line in lines)
+
+    monkeypatch.setattr(warmup, "stage_pass_rate", lambda *args: 0.42)
+    plain = warmup.build_base_model("tiny-w64", "arithmetic", 0, tmp_path / "b", log=lambda _: None,
+                                    recipe=dataclasses.replace(recipe, stage_every=22))
+    assert report_stage(plain) == (22, 0.42, 22)
+    a, b = (load_file(str(tmp_path / name / "model.safetensors")) for name in ("a", "b"))
+    assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
+
+
+def report_stage(report: dict) -> tuple:
+    return report["stage"]["steps"], report["stage"]["pass@1"], report["stage"]["checked_every"]

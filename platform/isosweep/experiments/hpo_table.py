@@ -25,8 +25,8 @@ base model) and the same seeds. A difference's standard error is the larger of
 
 The preconditions (what a comparison of searchers needs from the table):
 
-1. an **interior optimum**: the best configuration is at neither edge of any searched axis
-   of the grid;
+1. an **interior optimum**: the best configuration is at neither edge of any axis of the grid
+   with three or more values (an axis of two values has only edges);
 2. the best beats the **default** configuration by at least ``DEFAULT_SE`` standard errors;
 3. the best beats the **median** configuration by at least ``MEDIAN_SE`` standard errors;
 4. with more than one size, each proxy size **ranks** the configurations like the target
@@ -160,15 +160,16 @@ def build(spec_path: str | Path, out: str | Path, log: Callable[[str], None] = p
     """Run every unfinished cell (at most ``limit`` this call), then write ``table.json`` and ``signal.md``.
 
     Cells run target first (its signal decides whether the proxies are worth building), then the
-    proxies from the largest down, each size by configuration, then seed; a rerun skips finished
-    cells and resumes an interrupted one.
+    proxies from the largest down; within a size, the first seed of every configuration before the
+    second (a partial build can already be checked on one seed). A rerun skips finished cells and
+    resumes an interrupted one.
     """
     from isosweep.trial.loop import train_loop  # torch, DeepSpeed
 
     spec_path, out = Path(spec_path), Path(out)
     spec, grid = load_table_spec(spec_path)
     trial_file = spec_path.parent / spec.trial
-    cells = [(size, config, seed) for size in reversed(spec.sizes) for config in grid for seed in spec.seeds]
+    cells = [(size, config, seed) for size in reversed(spec.sizes) for seed in spec.seeds for config in grid]
     ran = 0
     for i, (size, config, seed) in enumerate(cells):
         cfg = cell_trial(spec, trial_file, size, config, seed)

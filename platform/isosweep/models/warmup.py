@@ -13,6 +13,7 @@ temporary directory, then renamed), so a crashed build leaves nothing half-writt
 
 from __future__ import annotations
 
+import copy
 import fcntl
 import hashlib
 import json
@@ -67,6 +68,9 @@ class WarmupRecipe:
     stage_level: int = 2
     stage_every: int = 50
     stage_problems: int = 256
+    stage_tolerance: float = 0.05
+    """A check above ``stage_pass + stage_tolerance`` overshot: the warm-up steps back to its last check below the
+    stage and checks every step from there."""
 
 
 RECIPES: dict[str, WarmupRecipe] = {
@@ -96,7 +100,7 @@ def _recipe_key(recipe: WarmupRecipe) -> dict:
     # while unset keeps those models' cache directories (and the studies that name them) where they were
     fields = asdict(recipe)
     if recipe.stage_pass is None:
-        for name in ("stage_pass", "stage_level", "stage_every", "stage_problems"):
+        for name in ("stage_pass", "stage_level", "stage_every", "stage_problems", "stage_tolerance"):
             fields.pop(name)
     return fields
 
@@ -206,8 +210,11 @@ def build_base_model(size: str, task_name: str, seed: int, out: Path,
     start = time.perf_counter()
     stage: dict[str, float] = {}
     rate = math.nan
+    every = recipe.stage_every
+    saved = None  # the state at the last check below the stage, to step back to when a check overshoots it
     model.train()
-    for step in range(recipe.steps):
+    step = 0
+    while step < recipe.steps:
         ids, attention, loss_mask = _warmup_batch(task, recipe, rng, tokenizer)
         logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1]
         target, weight = ids[:, 1:], loss_mask[:, 1:].float()
@@ -218,19 +225,36 @@ def build_base_model(size: str, task_name: str, seed: int, out: Path,
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
-        if step % 100 == 0 or step == recipe.steps - 1:
-            log(f"[warm-up {size}/{task_name}] step {step + 1}/{recipe.steps} loss {loss.item():.3f}")
-        if staged and (step + 1) % recipe.stage_every == 0:
-            rate = stage_pass_rate(model, tokenizer, task, recipe, seed)
-            log(f"[warm-up {size}/{task_name}] step {step + 1}: stage pass@1 {rate:.3f} (target {recipe.stage_pass})")
-            if rate >= recipe.stage_pass:
-                stage = {"steps": step + 1, "pass@1": round(rate, 4), "target": recipe.stage_pass,
-                         "level": recipe.stage_level, "problems": recipe.stage_problems}
-                break
-    else:
-        if staged:
-            raise RuntimeError(f"warm-up of {size} on {task_name} did not reach the stage (level-{recipe.stage_level} "
-                               f"pass@1 {recipe.stage_pass}) within {recipe.steps} steps (last check {rate:.3f})")
+        step += 1
+        if step % 100 == 1 or step == recipe.steps:
+            log(f"[warm-up {size}/{task_name}] step {step}/{recipe.steps} loss {loss.item():.3f}")
+        if not staged or step % every:
+            continue
+        rate = stage_pass_rate(model, tokenizer, task, recipe, seed)
+        log(f"[warm-up {size}/{task_name}] step {step}: stage pass@1 {rate:.3f} (target {recipe.stage_pass})")
+        if rate < recipe.stage_pass:
+            if every > 1:
+                saved = (step, copy.deepcopy(model.state_dict()), copy.deepcopy(optimizer.state_dict()),
+                         schedule.state_dict(), rng.getstate())
+            continue
+        if rate > recipe.stage_pass + recipe.stage_tolerance and saved is not None and every > 1:
+            # learning the task "clicks": the rate can jump by 0.15 between two checks. Go back to the last
+            # check below the stage and check every step from there (the same batches: the data stream rewinds)
+            step, weights, moments, ramp, data = saved
+            model.load_state_dict(weights)
+            optimizer.load_state_dict(moments)
+            schedule.load_state_dict(ramp)
+            rng.setstate(data)
+            every = 1
+            log(f"[warm-up {size}/{task_name}] {rate:.3f} overshoots the stage by more than "
+                f"{recipe.stage_tolerance}: back to step {step}, checking every step")
+            continue
+        stage = {"steps": step, "pass@1": round(rate, 4), "target": recipe.stage_pass, "level": recipe.stage_level,
+                 "problems": recipe.stage_problems, "checked_every": every}
+        break
+    if staged and not stage:
+        raise RuntimeError(f"warm-up of {size} on {task_name} did not reach the stage (level-{recipe.stage_level} "
+                           f"pass@1 {recipe.stage_pass}) within {recipe.steps} steps (last check {rate:.3f})")
     train_seconds = time.perf_counter() - start
 
     model.eval()
