@@ -122,7 +122,8 @@ class ModelConfig(Section):
     """The policy's starting point."""
 
     name: str = "tiny-1m"
-    """A tiny size (``tiny-0.3m``, ``tiny-1m``, ``tiny-5m``: its cached base model), a local path or a hub name."""
+    """A tiny size (the family ``tiny-0.3m``, ``tiny-1m``, ``tiny-5m``, or the width ladder ``tiny-w64``,
+    ``tiny-w128``, ``tiny-w256``: its cached base model), a local path or a hub name."""
     warmup_seed: int = Field(0, ge=0)
     """Seed of the tiny base model's warm-up (ignored for other models)."""
 
