@@ -9,10 +9,12 @@ import pytest
 
 from isosweep.models.tokenizer import char_tokenizer
 from isosweep.rollout import vllm_available
+from isosweep.spec.grid import id_dump
 from isosweep.spec.trial import (
     engine_choice,
     entropy_coef,
     kl_coef,
+    launcher_choice,
     learning_rate,
     load_trial,
     resolve_prompt_format,
@@ -105,6 +107,9 @@ def test_config_is_frozen(tmp_path):
         ("budget: 1000\nalgorithm: {kl_coef: -1}\n", None, ["key 'algorithm.kl_coef'", "greater than or equal to 0"]),
         ("budget: 1000\neval: {samples: 2, k: 4}\n", None, ["key 'eval'", "k <= samples"]),
         ("budget: 1000\nrollout: {engine: trt}\n", None, ["key 'rollout.engine'", "'hf'"]),
+        ("budget: 1000\ntrainer: {launcher: slurm}\n", None, ["key 'trainer.launcher'", "'in_process'"]),
+        ("budget: 1024\ntrainer: {launcher: in_process, num_workers: 2}\n", None,
+         ["trainer.launcher 'in_process' runs one trainer worker", "num_workers is 2", "allowed"]),
         ("Bp: 16\n", None, ["key 'budget'", "Field required"]),
     ],
 )
@@ -145,6 +150,20 @@ def test_auto_engine_is_in_process_for_tiny_models_on_cpu_and_configured_engines
     assert engine_choice(real)[0] == ("vllm" if vllm_available() else "hf")
     with pytest.raises(ConfigError, match="rollout.engine"):
         load_trial(easy, ["budget=1000", "rollout.engine=sglang"])
+
+
+def test_auto_launcher_runs_one_cpu_worker_in_process_and_several_or_gpus_as_a_ray_train_job():
+    easy = ROOT / "sweeps" / "trials" / "easy.yaml"
+    one = load_trial(easy, ["budget=1000"])
+    assert one.trainer.launcher == "auto"
+    launcher, why = launcher_choice(one)
+    assert launcher == "in_process" and why.startswith("auto")
+    assert launcher_choice(load_trial(easy, ["budget=1000", "trainer.num_workers=2"]))[0] == "ray_train"
+    assert launcher_choice(load_trial(easy, ["budget=1000", "profile=h200-node"]))[0] == "ray_train"
+    assert launcher_choice(load_trial(easy, ["budget=1000", "trainer.launcher=ray_train"])) == ("ray_train", "configured")
+    # how a trial is launched is not part of what it computes: the sweep id and the method ignore it
+    assert id_dump(one) == id_dump(load_trial(easy, ["budget=1000", "trainer.launcher=ray_train"]))
+    assert "launcher" not in id_dump(one)["trainer"]
 
 
 CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"

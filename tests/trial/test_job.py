@@ -1,17 +1,19 @@
-"""A trial as a Ray Train job: data-parallel DeepSpeed workers, fresh weights for every rollout, profiles."""
+"""Launching a trial: in process or as a Ray Train job (data-parallel DeepSpeed workers), fresh weights for every
+rollout, profiles."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+import ray
 
 from isosweep.rollout.hf import HFEngine
 from isosweep.spec.profiles import get_profile, load_profiles, trial_resources
 from isosweep.spec.trial import load_trial
 from isosweep.spec.yamlio import ConfigError
 from isosweep.trial.files import TrialDir
-from isosweep.trial.job import lone_trial_threads, run_trial
+from isosweep.trial.job import lone_trial_threads, ray_init, run_trial
 from isosweep.trial.loop import train_loop
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,6 +100,23 @@ def test_two_data_parallel_workers_match_one_in_expectation(base_model, tmp_path
     assert "time/start_job_s" not in one[0] and one[0]["time/start_learner_s"] > 0
 
 
+def _computed(rows: list[dict]) -> list[dict]:
+    """What a trial computed, without its clocks."""
+    return [{k: v for k, v in row.items() if not k.startswith("time/") and k != "system/wall_s"} for row in rows]
+
+
+@pytest.mark.slow
+def test_a_trial_computes_the_same_in_process_as_in_a_ray_train_job(base_model, tmp_path):
+    """``trainer.launcher`` changes where a trial runs, never what it computes: every record and step the same,
+    bit for bit (a lone trial has both cores either way); only a Ray Train launch has a job start-up to report."""
+    inline = run_trial(load_trial(EASY, SHORT), tmp_path / "in")
+    job = run_trial(load_trial(EASY, SHORT + ["trainer.launcher=ray_train"]), tmp_path / "job")
+    assert _computed(inline) == _computed(job) and len(inline) == 3
+    assert _computed(TrialDir(tmp_path / "in").steps()) == _computed(TrialDir(tmp_path / "job").steps())
+    assert "time/start_job_s" in job[0] and "time/start_job_s" not in inline[0]
+    assert inline[0]["time/start_imports_s"] >= 0 and inline[0]["time/start_learner_s"] > 0
+
+
 @pytest.mark.slow
 def test_corrections_run_and_log_their_diagnostics_every_step(base_model, tmp_path):
     for correction in ("tis", "ais"):
@@ -129,15 +148,23 @@ def test_alpha_is_well_below_under_bf16_than_under_fp8_rollouts(base_model, tmp_
     if engine == "vllm":
         pytest.importorskip("vllm", reason="vLLM is not installed")
     alphas = {}
-    for precision in ("bf16", "fp8"):
-        cfg = load_trial(EASY, SHORT[:-1] + [f"rollout.engine={engine}", f"rollout.precision={precision}"])
-        out = tmp_path / precision
-        if engine == "hf":
-            train_loop(cfg, out, log=lambda _: None)
-        else:
-            run_trial(cfg, out)  # Ray Train job with a vLLM rollout actor
-        steps = TrialDir(out).steps()
-        alphas[precision] = sum(s["ais/alpha"] for s in steps) / len(steps)
+    started = engine == "vllm" and ray_init(log_to_driver=False)  # one Ray for both trials, as a study's driver has
+    try:
+        for precision in ("bf16", "fp8"):
+            cfg = load_trial(EASY, SHORT[:-1] + [f"rollout.engine={engine}", f"rollout.precision={precision}"])
+            out = tmp_path / precision
+            if engine == "hf":
+                train_loop(cfg, out, log=lambda _: None)
+            else:
+                run_trial(cfg, out)  # in this process, with a vLLM rollout actor
+                # the trial's process lives on, so the trial itself must free its actor (and the actor's CPUs)
+                assert [a for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("rollout-")
+                        ] == []
+            steps = TrialDir(out).steps()
+            alphas[precision] = sum(s["ais/alpha"] for s in steps) / len(steps)
+    finally:
+        if started:
+            ray.shutdown()
     assert alphas["fp8"] > factor * alphas["bf16"], alphas
 
 

@@ -64,8 +64,8 @@ IDENTITY = ("task.name", "task.levels", "task.difficulty", "model.name", "task.d
             "task.eval_split", "task.columns.prompt", "task.columns.answer")
 """Trial settings that must be equal for sweeps to be pooled: what is trained, on what."""
 
-NOT_METHOD = {"budget", "Bp", "n", "seed", "profile", "rollout.actors", "trainer.num_workers", "eval.every",
-              "eval.points", "eval.first", *IDENTITY}
+NOT_METHOD = {"budget", "Bp", "n", "seed", "profile", "rollout.actors", "trainer.num_workers", "trainer.launcher",
+              "eval.every", "eval.points", "eval.first", *IDENTITY}
 """Trial settings that do not change what a trial learns (allocation, resources, eval schedule);
 every other setting (``derived.*`` aside) is *method*, and sweeps pooled with different method
 settings are flagged."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -12,6 +13,32 @@ from isosweep.rollout.vllm import ACTOR_NAMESPACE, spawn_rollout_actor
 
 if TYPE_CHECKING:
     from isosweep.rollout.weight_sync import NcclWeightSender
+
+
+def actor_names(run_id: str, launch: str, count: int) -> list[str]:
+    """The names of the ``count`` rollout actors of one launch of a trial's workers (``run_id``: the trial launch's)."""
+    return [f"rollout-{run_id}-{launch}-{i}" for i in range(count)]
+
+
+def release(run_id: str) -> int:
+    """Kill every rollout actor of trial launch ``run_id`` still alive; returns how many.
+
+    An actor dies with the process that started it. A Ray Train worker ends with its trial, but an
+    ``in_process`` trial's starter -- a Tune trial process Tune reuses, or a study's driver running one trial
+    after another -- lives on, and its actor would keep its CPUs from the next trial's.
+    """
+    ray = sys.modules.get("ray")  # a process that never imported Ray started no actor
+    if ray is None or not ray.is_initialized():
+        return 0
+    prefix = f"rollout-{run_id}-"
+    found = [a for a in ray.util.list_named_actors(all_namespaces=True)
+             if a["namespace"] == ACTOR_NAMESPACE and a["name"].startswith(prefix)]
+    for actor in found:
+        try:
+            ray.kill(ray.get_actor(actor["name"], namespace=ACTOR_NAMESPACE))
+        except ValueError:  # gone in between
+            pass
+    return len(found)
 
 
 class RolloutPool:

@@ -3,8 +3,10 @@
     a study (grid or HPO) ─► its folder runs/sweeps/<sweep-id>/ and its MLflow server
                          ─► Ray Tune (one session: a local Ray, or the cluster at --address)
                               each Tune trial = tune_trial(TrialJob): continue (or create) its MLflow
-                              child run, then a Ray Train TorchTrainer whose rank 0 logs every eval;
-                              Tune's TuneReportCallback forwards the evals to Tune
+                              child run, then train: in the Tune trial's own process (``in_process``,
+                              one CPU worker; Tune reuses the process for the next trial) reporting
+                              each eval to Tune, or a Ray Train TorchTrainer (``ray_train``) whose
+                              rank 0 logs every eval and whose TuneReportCallback forwards them
                          ─► one progress line every N s, a line per finished or failed trial
 
 Resuming. A study's state is its trial directories (``runs/sweeps/<sweep-id>/trials/<key>``:
@@ -14,7 +16,8 @@ others from their latest checkpoint (no eval point repeated or lost) and continu
 MLflow runs. That holds after Ctrl-C and after a killed driver alike.
 
 Concurrency. In the Train V2 pattern a Tune trial only holds its driver's share (a fraction
-of a CPU); its Ray Train workers and rollout actors ask for theirs when the trial starts. So
+of a CPU); its Ray Train workers and rollout actors ask for theirs when the trial starts (an
+``in_process`` trial holds the driver's and the trainer's share itself: it is the worker). So
 the number of trials Tune runs at once is set from the cluster's resources and one trial's
 total (the hardware profile's driver + trainer + rollout actors): more would start trials
 that then wait for workers that cannot be placed.
@@ -37,14 +40,14 @@ from ray.tune.integration.ray_train import TuneReportCallback
 
 from isosweep.run.lock import lock_study
 from isosweep.spec.profiles import get_profile
-from isosweep.spec.trial import TrialConfig, resources_of, steps
+from isosweep.spec.trial import TrialConfig, launcher_choice, resources_of, steps
 from isosweep.spec.yamlio import ConfigError
 from isosweep.track import runs
 from isosweep.track.curves import without_counts
 from isosweep.track.null import NullTracker
 from isosweep.track.server import answers, ensure_server, revive
 from isosweep.trial.files import TrialDir
-from isosweep.trial.job import make_torch_trainer, ray_init
+from isosweep.trial.job import WORKER_RESTARTS, in_process_threads, make_torch_trainer, ray_init, run_in_process
 
 TRIALS = "trials"
 
@@ -108,7 +111,8 @@ def job_key(trial) -> str:
 
 
 def tune_trial(config: dict) -> None:
-    """The Tune function of one trial: continue its MLflow run, then run its TorchTrainer.
+    """The Tune function of one trial: continue its MLflow run, then train -- in this process (``in_process``)
+    or as a Ray Train job (``ray_train``; :func:`isosweep.spec.trial.launcher_choice`).
 
     A trial that already reached its last step (an earlier run of the study) only catches its
     MLflow run up and reports its last record: nothing is trained again. If MLflow does not answer
@@ -146,13 +150,16 @@ def tune_trial(config: dict) -> None:
         tune.report({**without_counts(records[-1] if records else {}), "isosweep/skipped": 1})
         logger.finish("FINISHED")
         return
-    trainer = make_torch_trainer(job.cfg, trial.path, tracker=tracker, callbacks=[TuneReportCallback()], name=job.key)
     try:
-        trainer.fit()
+        if launcher_choice(job.cfg)[0] == "in_process":
+            run_in_process(job.cfg, trial.path, tracker=tracker, report=tune.report, threads=in_process_threads(job.cfg))
+        else:
+            make_torch_trainer(job.cfg, trial.path, tracker=tracker, callbacks=[TuneReportCallback()],
+                               name=job.key).fit()
     except BaseException as err:
         if ended():
             # Tune ended this function after the trial's last report or after an early stop (an HPO
-            # study): its Ray Train job went down with it, as it should
+            # study): its Ray Train job, if it had one, went down with it, as it should
             logger.catch_up()
             logger.finish("FINISHED")
             return
@@ -168,6 +175,16 @@ def _tune_function(config: dict) -> None:
 
 
 _tune_function.__name__ = "isosweep_trial"
+
+
+def tune_resources(config: dict) -> dict[str, float]:
+    """What a Tune trial of ``config`` (a :meth:`TrialJob.to_tune` under ``"trial"``) reserves itself: its
+    driver's share, and for an ``in_process`` trial the trainer's too (it trains in the trial's process).
+    Ray Train workers and rollout actors reserve their own when they start."""
+    cfg = TrialConfig.model_validate(config["trial"]["cfg"])
+    profile = get_profile(cfg.profile)
+    parts = [profile.driver] + ([profile.trainer] if launcher_choice(cfg)[0] == "in_process" else [])
+    return {kind: sum(getattr(p, kind) for p in parts) for kind in ("CPU", "GPU")}
 
 
 def max_concurrency(cfgs: list[TrialConfig], cluster: dict[str, float], source: str | Path,
@@ -330,27 +347,32 @@ def run_trials(sweep_out: Path, cfgs: list[TrialConfig], source: str | Path, add
     """Run a study's trials on Ray Tune; returns whether it was interrupted (Ctrl-C).
 
     ``cfgs`` are the trials that size the concurrency (the largest of them decides); each trial
-    reserves its profile's driver resources and is named by its key; each run of the same study
+    reserves what :func:`tune_resources` says and is named by its key; each run of the same study
     is a new Tune experiment ``attempt-N`` under ``sweep_out/tune``. ``tune_config`` adds
     ``TuneConfig`` arguments (an HPO study's searcher and scheduler).
+
+    With ``in_process`` trials Tune reuses a finished trial's process for the next (``reuse_actors``): the
+    imports of torch, transformers and DeepSpeed are paid once per process, not once per trial. Such a trial
+    has no Ray Train job to restart a dead worker, so Tune retries it instead, as often as Ray Train would
+    (:data:`WORKER_RESTARTS`) plus the one retry every trial gets; each retry resumes from its checkpoint.
     """
     try:
         with ray_session(address) as cluster:
             concurrency = max_concurrency(cfgs, cluster, source, limit=limit)
-            driver = get_profile(cfgs[0].profile).driver
+            in_process = all(launcher_choice(cfg)[0] == "in_process" for cfg in cfgs)
             log(f"[{prefix}] {concurrency} at a time (each trial: {resources_of(cfgs[0])} of Ray's "
-                f"{cluster.get('CPU', 0):g} CPU)")
+                f"{cluster.get('CPU', 0):g} CPU; trainer {launcher_choice(cfgs[0])[0]})")
             tune_dir = sweep_out / "tune"
             attempt = len(list(tune_dir.glob("attempt-*"))) if tune_dir.exists() else 0
             tuner = tune.Tuner(
-                tune.with_resources(_tune_function, {"CPU": driver.CPU, "GPU": driver.GPU}),
+                tune.with_resources(_tune_function, tune_resources),
                 param_space=param_space,
                 tune_config=tune.TuneConfig(
                     max_concurrent_trials=concurrency, trial_name_creator=job_key, trial_dirname_creator=job_key,
-                    **tune_config),
+                    reuse_actors=in_process, **tune_config),
                 run_config=tune.RunConfig(
-                    name=f"attempt-{attempt}", storage_path=str(tune_dir), verbose=0, stop=stop,
-                    callbacks=[progress], failure_config=tune.FailureConfig(max_failures=1)),
+                    name=f"attempt-{attempt}", storage_path=str(tune_dir), verbose=0, stop=stop, callbacks=[progress],
+                    failure_config=tune.FailureConfig(max_failures=1 + (WORKER_RESTARTS if in_process else 0))),
             )
             results = tuner.fit()
             return not results.errors  # Tune stops gracefully on Ctrl-C and returns

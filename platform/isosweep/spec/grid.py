@@ -146,9 +146,18 @@ ADDED_LATER = {"task": {"dataset_config": None, "train_split": "train", "eval_sp
 default, so a sweep file keeps its id -- and a rerun resumes it -- across versions of isosweep."""
 
 
+NOT_IN_ID = {"trainer": ("launcher",)}
+"""Trial keys that never change what a trial computes (how it is launched), left out of a sweep's id whatever their
+value: a sweep resumed with another launcher is the same sweep."""
+
+
 def id_dump(cfg: TrialConfig) -> dict:
-    """A trial config as its sweep's id hashes it: every key, less the :data:`ADDED_LATER` ones at their default."""
+    """A trial config as its sweep's id hashes it: every key, less the :data:`ADDED_LATER` ones at their default and
+    the :data:`NOT_IN_ID` ones."""
     data = cfg.model_dump(mode="json")
+    for section, keys in NOT_IN_ID.items():
+        for key in keys:
+            del data[section][key]
     for section, keys in ADDED_LATER.items():
         for key, default in keys.items():
             if data[section].get(key) == default:

@@ -202,12 +202,18 @@ class AlgorithmConfig(Section):
 
 
 class TrainerConfig(Section):
-    """The Ray Train job that updates the policy."""
+    """The trainer workers that update the policy, and how they are launched."""
 
     num_workers: int = Field(1, gt=0)
     """Data-parallel trainer workers; each takes Bp / num_workers problems of every step."""
     zero_stage: Literal[0, 1, 2, 3] = 1
     """DeepSpeed ZeRO stage (3 needs GPUs)."""
+    launcher: Literal["auto", "ray_train", "in_process"] = "auto"
+    """How the workers start: ``ray_train`` (a Ray Train ``TorchTrainer`` job per trial launch: a controller
+    and worker processes, restarted by Ray Train when one dies), ``in_process`` (the one worker runs in the
+    process that runs the trial -- the Ray Tune trial's own, reused from one trial to the next -- a world of
+    one on loopback), or ``auto`` (the default, :func:`launcher_choice`). Either runs the same training loop
+    on the same seeds: it changes where a trial runs, never what it computes."""
 
 
 class EvalConfig(Section):
@@ -275,6 +281,9 @@ class TrialConfig(Section):
                              "NCCL; allowed with it: bf16 or fp8")
         if self.n < 2:
             raise ValueError("n must be at least 2: group-relative advantages need two samples per problem")
+        if self.trainer.launcher == "in_process" and self.trainer.num_workers > 1:
+            raise ValueError(f"trainer.launcher 'in_process' runs one trainer worker, and trainer.num_workers is "
+                             f"{self.trainer.num_workers}; allowed: num_workers 1, or launcher ray_train or auto")
         if self.Bp % self.trainer.num_workers:
             raise ValueError(f"Bp = {self.Bp} problems cannot be split evenly over trainer.num_workers = "
                              f"{self.trainer.num_workers}; allowed: Bp a multiple of num_workers")
@@ -339,6 +348,25 @@ def engine_choice(cfg: TrialConfig) -> tuple[str, str]:
     if cfg.model.name in SIZES:
         return "hf", "auto: a tiny model on CPU steps faster in process than with a vLLM actor (make bench)"
     return "vllm", "auto: a real model on CPU"
+
+
+def launcher_choice(cfg: TrialConfig) -> tuple[str, str]:
+    """How a trial's trainer workers are launched (``trainer.launcher``) and why: the configured one, or for
+    ``auto``:
+
+    - one worker on a CPU profile: ``in_process``. A Ray Train job starts a controller, a worker and three
+      helper actors per launch, each a new process importing Ray Train (and the worker torch, transformers,
+      DeepSpeed): 10-20 s of every trial on a 2-core machine (``make bench``), for one process that gains
+      nothing from them;
+    - several workers, or a GPU profile: ``ray_train`` (its worker group, placement and NCCL set-up).
+    """
+    if cfg.trainer.launcher != "auto":
+        return cfg.trainer.launcher, "configured"
+    if get_profile(cfg.profile).accelerator == "gpu":
+        return "ray_train", "auto: GPU profile"
+    if cfg.trainer.num_workers > 1:
+        return "ray_train", f"auto: {cfg.trainer.num_workers} data-parallel workers"
+    return "in_process", "auto: one CPU worker runs in the trial's process (no Ray Train job to start)"
 
 
 def rollout_engine(cfg: TrialConfig) -> str:

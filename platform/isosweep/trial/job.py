@@ -1,16 +1,21 @@
-"""Run one trial as a Ray Train job: ``TorchTrainer`` workers running ``loop.train_loop``.
+"""Launch one trial: in this process, or as a Ray Train job of ``TorchTrainer`` workers running ``loop.train_loop``.
 
-This is the Train V2 pattern a Ray Tune trial uses too: the caller (the CLI here, a Tune
-function in a sweep) builds a ``TorchTrainer`` whose per-worker function is the GRPO loop; the
-workers report every evaluation with ``ray.train.report``. Resources come from the trial's
-hardware profile: the trainer's share is split across ``trainer.num_workers`` workers, and
-the rollout actors that rank 0 starts ask for their own share outside the trainer's placement
-group.
+How is the trial config's choice (``trainer.launcher``, :func:`isosweep.spec.trial.launcher_choice`):
+
+- ``in_process`` (one trainer worker on a CPU profile, the default there): the loop runs in the calling
+  process -- a sweep's Ray Tune trial (an actor Tune reuses from one trial to the next, so torch,
+  transformers and DeepSpeed are imported once per actor, not once per trial), or ``isosweep trial``'s own
+  process -- as a world of one on loopback. Nothing is started for it.
+- ``ray_train``: the Train V2 pattern: the caller (the CLI, or a Tune function in a sweep) builds a
+  ``TorchTrainer`` whose per-worker function is the GRPO loop; the workers report every evaluation with
+  ``ray.train.report``. Resources come from the trial's hardware profile: the trainer's share is split
+  across ``trainer.num_workers`` workers, and the rollout actors that rank 0 starts ask for their own
+  share outside the trainer's placement group. Ray Train restarts a worker group whose worker died.
 
 A trial's state lives in its output directory (checkpoints, metrics), not in Ray: each launch
 gets a fresh Ray Train run name, and the loop resumes from the directory's latest checkpoint.
 
-Only the Train worker imports torch and the loop (transformers, DeepSpeed: seconds of imports per
+Only the process that trains imports torch and the loop (transformers, DeepSpeed: seconds of imports per
 process). This module is also unpickled by the Tune trial function and the Train controller, each a
 fresh Ray worker process per trial; kept light, it costs them well under a second.
 """
@@ -18,6 +23,7 @@ fresh Ray worker process per trial; kept light, it costs them well under a secon
 from __future__ import annotations
 
 import os
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -25,7 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from isosweep.spec.profiles import get_profile, placement_bundles
-from isosweep.spec.trial import TrialConfig, resources_of
+from isosweep.spec.trial import TrialConfig, launcher_choice, resources_of, rollout_engine
 from isosweep.track.curves import without_counts
 from isosweep.track.null import NullTracker
 from isosweep.trial.files import TrialDir, kill_point
@@ -98,8 +104,72 @@ def ray_init(address: str | None = None, log_to_driver: bool = True) -> bool:
     return True
 
 
+def train_logged(cfg: TrialConfig, trial: TrialDir, tracker=None, report: Callable[[dict], None] | None = None,
+                 rank: int = 0, log: Callable[[str], None] | None = None, run_id: str = "local",
+                 launch: dict[str, float] | None = None) -> list[dict]:
+    """One trainer worker's training loop, rank 0's records logged to ``tracker`` (its MLflow run in a sweep;
+    default the null tracker) before each goes to ``report`` (per-problem counts left out: Tune and Ray Train
+    keep every reported value); ``log`` takes the loop's lines (default: appended to the trial's
+    ``trial.log`` where there is a tracker, else printed). Returns the eval records."""
+    from isosweep.trial.loop import train_loop  # reason: torch, transformers, DeepSpeed (module docstring)
+
+    logger = (tracker or NullTracker()).trial_logger(
+        trial, cfg.eval.k, between_requests=lambda: kill_point("between-log-batches")) if rank == 0 else None
+
+    def on_record(record: dict) -> None:
+        if logger is not None:
+            logger.log(record)
+        if report is not None:
+            report(without_counts(record))
+
+    def to_file(line: str) -> None:
+        with open(trial.log_file, "a") as f:
+            f.write(line + "\n")
+
+    log = log or (to_file if tracker is not None else print)
+    if rank == 0:
+        name, why = launcher_choice(cfg)
+        log(f"[trial] launcher: {name} ({why})")
+    records = train_loop(cfg, trial.path, log=log, report=on_record, run_id=run_id, launch=launch)
+    if logger is not None:  # a record a resume restored to the files (a kill before its append) is never reported
+        logger.catch_up()
+    return records
+
+
+def run_in_process(cfg: TrialConfig, out: str | Path, tracker=None, report: Callable[[dict], None] | None = None,
+                   threads: int | None = None, log: Callable[[str], None] | None = None) -> list[dict]:
+    """The ``in_process`` launch: the trial's one worker in this process (:func:`train_logged`), on ``threads``
+    torch threads (default: as they are). Its first eval record's ``time/start_imports_s`` is what importing
+    the loop cost this call: 0 in a process that trained before (a Tune actor reused)."""
+    entered = time.time()
+    import torch  # reason: only the process that trains loads torch (module docstring)
+
+    import isosweep.trial.loop  # noqa: F401  reason: as above; timed as the launch's imports
+
+    from isosweep.rollout.pool import release  # reason: as above (the rollout package imports torch)
+
+    launch = {"time/start_imports_s": time.time() - entered}
+    if threads:
+        torch.set_num_threads(threads)
+    run_id = uuid.uuid4().hex[:8]  # names this launch's rollout actors, if it starts any
+    try:
+        return train_logged(cfg, TrialDir(out), tracker, report, log=log, run_id=run_id, launch=launch)
+    finally:
+        release(run_id)  # this process outlives the trial (a reused Tune trial, a study's driver): so would they
+
+
+def in_process_threads(cfg: TrialConfig) -> int | None:
+    """Torch threads of an ``in_process`` trial inside a sweep: the CPUs its Tune trial holds (driver and
+    trainer shares: one on the tiny profile, so two packed trials do not oversubscribe two cores); None on a
+    GPU profile (the GPU does the work)."""
+    profile = get_profile(cfg.profile)
+    if profile.accelerator == "gpu":
+        return None
+    return max(1, int(profile.driver.CPU + profile.trainer.CPU + 1e-9))
+
+
 def _worker(config: dict) -> None:
-    """Per-worker entry point: rebuild the validated config, run the loop, report each eval.
+    """Per-worker entry point of a Ray Train job: rebuild the validated config, run the loop, report each eval.
 
     Rank 0 logs each record to the trial's tracker (its MLflow run in a sweep, nothing otherwise)
     before reporting it; with ``log_to_file`` the loop's log lines go to the trial's ``trial.log``.
@@ -108,7 +178,7 @@ def _worker(config: dict) -> None:
     import ray.train
     import torch  # reason: only the Train worker loads torch (module docstring)
 
-    from isosweep.trial.loop import train_loop  # reason: torch, transformers, DeepSpeed (module docstring)
+    import isosweep.trial.loop  # noqa: F401  reason: torch, transformers, DeepSpeed (module docstring)
 
     # the fixed cost before the loop: Ray Train's controller and worker processes up to this function (clocks of
     # one node; across nodes, their skew too), then the worker's imports
@@ -119,22 +189,8 @@ def _worker(config: dict) -> None:
         torch.set_num_threads(config["threads"])
     trial = TrialDir(config["out"])
     rank = ray.train.get_context().get_world_rank()
-    logger = config["tracker"].trial_logger(trial, cfg.eval.k, between_requests=lambda: kill_point("between-log-batches")
-                                            ) if rank == 0 else None
-
-    def report(record: dict) -> None:
-        if logger is not None:
-            logger.log(record)
-        ray.train.report(without_counts(record))
-
-    def to_file(line: str) -> None:
-        with open(trial.log_file, "a") as f:
-            f.write(line + "\n")
-
-    train_loop(cfg, trial.path, log=to_file if config["log_to_file"] else print, report=report,
-               run_id=config["run_id"], launch=launch)
-    if logger is not None:  # a record a resume restored to the files (a kill before its append) is never reported
-        logger.catch_up()
+    train_logged(cfg, trial, config["tracker"], ray.train.report, rank=rank,
+                 log=None if config["log_to_file"] else print, run_id=config["run_id"], launch=launch)
 
 
 WORKER_RESTARTS = 2
@@ -190,20 +246,27 @@ def lone_trial_threads(cfg: TrialConfig, cluster_cpus: float) -> int | None:
 
 def run_trial(cfg: TrialConfig, out: str | Path, address: str | None = None,
               log: Callable[[str], None] = print) -> list[dict]:
-    """Run (or resume) one trial on Ray; returns its eval records.
+    """Run (or resume) one trial; returns its eval records.
 
-    A trial run alone has the cluster to itself, so on CPU its trainer workers share the CPUs its
+    A trial run alone has the machine to itself, so on CPU its trainer workers share the CPUs its
     rollout actors leave (two threads for the in-process engine on 2 cores) instead of the one
-    thread a packed sweep trial gets.
+    thread a packed sweep trial gets. An ``in_process`` trial (:func:`launcher_choice`) trains in this
+    process and starts Ray only for vLLM rollout actors (or joins ``address``); a ``ray_train`` one runs
+    as a Ray Train job, on a local Ray started here unless one is running or ``address`` is given.
     """
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    started = ray_init(address)
+    in_process = launcher_choice(cfg)[0] == "in_process"
+    needs_ray = not in_process or rollout_engine(cfg) == "vllm" or address is not None
+    started = ray_init(address) if needs_ray else False
     try:
-        import ray
-
-        threads = lone_trial_threads(cfg, ray.cluster_resources().get("CPU", 1.0))
-        make_torch_trainer(cfg, out, threads=threads).fit()
+        ray = sys.modules.get("ray")  # imported only where Ray is used: an in-process hf trial never needs it
+        cpus = ray.cluster_resources().get("CPU", 1.0) if ray and ray.is_initialized() else float(len(os.sched_getaffinity(0)))
+        threads = lone_trial_threads(cfg, cpus)
+        if in_process:
+            run_in_process(cfg, out, threads=threads, log=log)
+        else:
+            make_torch_trainer(cfg, out, threads=threads).fit()
     finally:
         if started:
             import ray

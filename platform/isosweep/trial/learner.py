@@ -29,7 +29,13 @@ from isosweep.spec.trial import TrialConfig, learning_rate
 
 
 def init_distributed(backend: str) -> tuple[int, int]:
-    """Join (or create, as a world of one) the trainer's process group; returns ``(rank, world_size)``."""
+    """Join (or create, as a world of one) the trainer's process group; returns ``(rank, world_size)``.
+
+    A world of one made here keeps its rendezvous in memory (a ``HashStore``, where ``env://`` would start
+    torch's TCP store server, which listens on every interface) and gloo on the loopback interface: a trial
+    run in process opens no socket beyond this machine.
+    """
+    alone = False
     if "RANK" not in os.environ:  # not launched by Ray Train or torchrun: a world of one
         if dist.is_initialized():
             # a group this process already has (an in-process vLLM engine makes one): DeepSpeed joins it,
@@ -42,12 +48,17 @@ def init_distributed(backend: str) -> tuple[int, int]:
                 port = s.getsockname()[1]
             os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1",
                               LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+            alone = True
     if backend == "gloo":  # before DeepSpeed sets up its backend: here, or in make_learner if Ray Train made the group
         without_shm_allreduce()
     if not dist.is_initialized():
-        import deepspeed
+        if alone:  # DeepSpeed joins a group that exists (as it does an in-process vLLM engine's)
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+        else:
+            import deepspeed
 
-        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
+            deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
     _forget_stale_deepspeed_groups()
     return dist.get_rank(), dist.get_world_size()
 

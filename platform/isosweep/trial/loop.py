@@ -53,7 +53,7 @@ from isosweep.models.warmup import PROBE_FILE, resolve_model
 from isosweep.rollout.base import RolloutEngine, Rollouts, TemplatedEngine
 from isosweep.rollout.fp8 import INT_BITS
 from isosweep.rollout.hf import HFEngine
-from isosweep.rollout.pool import RolloutPool
+from isosweep.rollout.pool import RolloutPool, actor_names
 from isosweep.rollout.vllm import VLLMEngine
 from isosweep.spec.profiles import get_profile, vllm_engine_args
 from isosweep.spec.trial import (
@@ -196,7 +196,7 @@ def make_engine(cfg: TrialConfig, model_path: str, tokenizer, rank: int, run_id:
     launch = [uuid.uuid4().hex[:8] if rank == 0 else None]
     if dist.get_world_size() > 1:
         dist.broadcast_object_list(launch, src=0)
-    names = [f"rollout-{run_id}-{launch[0]}-{i}" for i in range(cfg.rollout.actors)]
+    names = actor_names(run_id, launch[0], cfg.rollout.actors)
     pool = None
     if rank == 0:
         pool = RolloutPool.spawn(names, model_path, cfg.rollout.max_new_tokens, cfg.rollout.temperature,
