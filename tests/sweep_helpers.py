@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from isosweep.track import runs
+from isosweep.trial.files import TrialDir
 
 ROOT = Path(__file__).resolve().parents[1]
 ISOSWEEP = str(Path(sys.executable).with_name("isosweep"))
@@ -30,6 +31,23 @@ def record_models(client, run_id: str) -> dict[int, object]:
     """A trial run's record checkpoints (MLflow logged models), by rollouts."""
     found = client.search_logged_models([runs.experiment_id(client)], filter_string=f"source_run_id = '{run_id}'")
     return {int(m.tags["isosweep.rollouts"]): m for m in found}
+
+
+def check_mlflow_matches_the_trials(client, sweep, runs_dir: Path) -> None:
+    """One FINISHED child per trial; every eval logged once, at step = rollouts, as in metrics.jsonl."""
+    found = {r.data.tags[runs.TRIAL_TAG]: r for r in children(client, sweep.sweep_id)}
+    assert sorted(found) == sorted(p.key for p in sweep.trials)
+    for point in sweep.trials:
+        run = found[point.key]
+        assert run.info.status == "FINISHED"
+        records = TrialDir(runs_dir / sweep.sweep_id / "trials" / point.key).records()
+        steps = [r["step"] for r in records]
+        assert steps == sorted(set(steps)) and records[-1]["step"] == point.cfg.budget // (point.cfg.Bp * point.cfg.n)
+        history = sorted(client.get_metric_history(run.info.run_id, "eval/mean_at_4"), key=lambda m: m.step)
+        assert [(m.step, m.value) for m in history] == [(r["rollouts"], r["eval/mean@4"]) for r in records]
+        reward_steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/reward")]
+        assert len(reward_steps) == len(set(reward_steps)) == records[-1]["step"]
+        assert run.data.params["n"] == str(point.cfg.n) and run.data.params["Bp"] == str(point.cfg.Bp)
 
 
 def wait_for(predicate, timeout: float, what: str, every: float = 1.0) -> None:

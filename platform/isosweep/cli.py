@@ -119,7 +119,7 @@ def _report(args: argparse.Namespace) -> None:
 def _bench(args: argparse.Namespace) -> None:
     from isosweep.experiments.bench import main as bench  # torch, Ray, DeepSpeed
 
-    bench(args.out, engines=args.engines, sizes=args.sizes, repeats=args.repeats)
+    bench(args.out, engines=args.engines, sizes=args.sizes, repeats=args.repeats, parts=args.parts)
 
 
 def _sweep(args: argparse.Namespace) -> None:
@@ -314,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--engines", nargs="*", help="engines to measure (default: vllm and hf where installed)")
     bench.add_argument("--sizes", nargs="*", help=f"tiny sizes (default: {' '.join(FAMILY)})")
     bench.add_argument("--repeats", type=int, default=3, help="interleaved runs of each contender in the side-by-side")
+    bench.add_argument("--parts", nargs="*", choices=["side_by_side", "engines", "trial", "sweep"],
+                       help="parts to run (default: all); the others keep what --out already holds")
     bench.set_defaults(run=_bench)
 
     sweep = commands.add_parser("sweep", help="run (or resume) a sweep: Ray Tune over the grid, MLflow, frontier")

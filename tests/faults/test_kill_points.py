@@ -24,7 +24,7 @@ from isosweep.spec.trial import load_trial
 from isosweep.track import runs
 from isosweep.trial.files import KILL_AT, KILL_ONCE, KILL_POINTS, TrialDir
 from isosweep.trial.loop import train_loop
-from sweep_helpers import own_smoke
+from sweep_helpers import ISOSWEEP, check_mlflow_matches_the_trials, env_for, own_smoke
 
 ROOT = Path(__file__).resolve().parents[2]
 EASY = ROOT / "sweeps" / "trials" / "easy.yaml"
@@ -199,6 +199,27 @@ def test_a_train_worker_killed_while_its_driver_lives_is_restarted_and_the_trial
     assert log.count("[trial] arithmetic/easy") == 2 and "resuming at step 4" in log  # a second worker, resumed
 
     assert_uninterrupted_and_in_mlflow(reference, TrialDir(out), client, run_id)
+
+
+@pytest.mark.slow
+def test_a_sweep_trial_whose_process_is_killed_is_retried_by_tune_and_finishes_in_the_same_run(mlflow_server, tmp_path):
+    """A sweep's trial trains in its Tune trial's process (``in_process``, the default here), with no Ray Train job to
+    restart it: that process dies (SIGKILL at a trial's second committed checkpoint, in one process only), Tune
+    retries the trial, which resumes from the checkpoint; the same sweep run ends with every trial finished, each
+    evaluation once in the files and in MLflow."""
+    uri, mlflow_env = mlflow_server
+    sweep = own_smoke(tmp_path, budget=640)
+    runs_dir = tmp_path / "runs"
+    marker = tmp_path / "killed-once"
+    env = {**env_for(mlflow_env), KILL_AT: "checkpoint-committed:2", KILL_ONCE: str(marker)}  # Ray passes it on
+    done = subprocess.run([ISOSWEEP, "sweep", str(sweep.path), "--budget", "640", "--runs", str(runs_dir),
+                           "--no-dashboards"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert marker.exists() and "trainer in_process" in done.stdout  # the kill happened, once
+    logs = [(runs_dir / sweep.sweep_id / "trials" / p.key / "trial.log").read_text() for p in sweep.trials]
+    retried = [log for log in logs if log.count("[trial] arithmetic/easy") == 2]
+    assert len(retried) == 1 and "resuming at step" in retried[0], logs
+    check_mlflow_matches_the_trials(runs.client(uri), sweep, runs_dir)
 
 
 @pytest.mark.slow

@@ -25,6 +25,7 @@ from sweep_helpers import (
     ISOSWEEP,
     LOOPBACK_ADDRESSES,
     ROOT,
+    check_mlflow_matches_the_trials,
     children,
     env_for,
     listeners_while_running,
@@ -35,23 +36,6 @@ from sweep_helpers import (
 SMOKE = ROOT / "sweeps" / "smoke.yaml"
 
 pytestmark = pytest.mark.slow
-
-
-def check_mlflow_matches_the_trials(client, sweep, runs_dir: Path) -> None:
-    """One FINISHED child per trial; every eval logged once, at step = rollouts, as in metrics.jsonl."""
-    found = {r.data.tags[runs.TRIAL_TAG]: r for r in children(client, sweep.sweep_id)}
-    assert sorted(found) == sorted(p.key for p in sweep.trials)
-    for point in sweep.trials:
-        run = found[point.key]
-        assert run.info.status == "FINISHED"
-        records = TrialDir(runs_dir / sweep.sweep_id / "trials" / point.key).records()
-        steps = [r["step"] for r in records]
-        assert steps == sorted(set(steps)) and records[-1]["step"] == point.cfg.budget // (point.cfg.Bp * point.cfg.n)
-        history = sorted(client.get_metric_history(run.info.run_id, "eval/mean_at_4"), key=lambda m: m.step)
-        assert [(m.step, m.value) for m in history] == [(r["rollouts"], r["eval/mean@4"]) for r in records]
-        reward_steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/reward")]
-        assert len(reward_steps) == len(set(reward_steps)) == records[-1]["step"]
-        assert run.data.params["n"] == str(point.cfg.n) and run.data.params["Bp"] == str(point.cfg.Bp)
 
 
 def test_make_sweep_smoke_prints_the_frontier_and_fills_mlflow(mlflow_server, tmp_path):

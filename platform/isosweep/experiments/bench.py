@@ -7,15 +7,26 @@ numbers within one run). The side-by-side is :mod:`isosweep.experiments.side_by_
 Throughput is measured on the task's prompts with ``n = 8`` samples per prompt at batches of
 32, 128 and 512 rollouts, after one warm-up call; the trial split averages the per-step timings
 a real trial logs (``time/*`` in ``steps.jsonl``), one trial per engine.
+
+``sweep`` measures what a trial costs beyond its steps inside a real sweep (Ray already running, a
+real MLflow server): a small grid run once one trial at a time, where the study's training wall time
+less every trial's steps and later evaluations, divided by the trials, is the fixed cost per trial
+(process start or reuse, imports, MLflow run, model, engine, learner, first evaluation, Tune's own
+scheduling), and once packed as a sweep runs it, with how busy the cores were.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import platform as host
 import shutil
+import socket
+import tempfile
 import time
 from pathlib import Path
+
+import yaml
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -26,10 +37,11 @@ from isosweep.models.sizes import FAMILY
 from isosweep.models.warmup import ensure_base_model
 from isosweep.rollout.hf import HFEngine
 from isosweep.rollout.vllm import VLLMEngine, vllm_available
+from isosweep.spec.grid import load_sweep
 from isosweep.spec.trial import load_trial, rollout_engine
 from isosweep.tasks import get_task
 from isosweep.trial.files import TrialDir
-from isosweep.trial.job import run_trial
+from isosweep.trial.job import ray_init, run_trial
 
 BATCHES = (32, 128, 512)
 SAMPLES_PER_PROMPT = 8
@@ -93,26 +105,135 @@ def trial_split(trial_yaml: str, overrides: list[str], out: Path) -> dict[str, f
             "per_step_s": split, "overrides": overrides}
 
 
+SWEEP_GRID = {"n": [4, 8], "Bp": [8, 16]}
+"""The fixed-cost sweep: four short trials of the easy set (every trial evaluates at its start and its end)."""
+SWEEP_BUDGET = 1024
+
+
+def cpu_ticks() -> tuple[int, int]:
+    """``(busy, total)`` jiffies of every core since boot, from ``/proc/stat`` (0, 0 where there is none)."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    except OSError:
+        return 0, 0
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def sweep_fixed_cost(work: Path, concurrency: int | None, trial_yaml: str = "sweeps/trials/easy.yaml") -> dict:
+    """One run of the fixed-cost sweep (``concurrency`` trials at a time; None: as many as fit, as a sweep runs):
+    the training wall time (from Tune's start to the last trial's end, read off the sweep's progress lines), the
+    trials' stepping (steps and every evaluation after the first), the fixed cost per trial, each trial's
+    ``time/start_*`` split, and the share of the cores busy meanwhile. Ray must be running (this process's)."""
+    from isosweep.run.grid import run_sweep  # reason: Ray Tune and MLflow, for this part only
+
+    spec = {"name": f"bench-fixed-{concurrency or 'packed'}", "study": "isocompute", "trial": str(Path(trial_yaml).resolve()),
+            "budget": SWEEP_BUDGET, "grid": SWEEP_GRID, "seeds": [0],
+            "set": {"eval.every": 1_000_000}, "frontier": {"bootstrap": 20}}
+    path = work / f"{spec['name']}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    sweep = load_sweep(path)
+    marks: dict[str, float] = {}
+    busy: list[tuple[int, int]] = []
+
+    def log(line: str) -> None:
+        if " at a time (" in line:
+            marks["start"] = time.perf_counter()
+            busy.append(cpu_ticks())
+        elif line.startswith("[sweep] trial ") and line.endswith(" finished"):
+            marks["end"] = time.perf_counter()
+            busy[1:] = [cpu_ticks()]
+
+    run_sweep(sweep, runs_root=work / "runs", dashboards=None, log=log, progress_every_s=3600,
+              concurrency=concurrency)
+    trials = [TrialDir(work / "runs" / sweep.sweep_id / "trials" / p.key) for p in sweep.trials]
+    stepping = sum(sum(s["time/step_s"] for s in t.steps()) + sum(r["time/eval_s"] for r in t.records()[1:])
+                   for t in trials)
+    wall = marks["end"] - marks["start"]
+    (b0, t0), (b1, t1) = busy[0], busy[-1]
+    return {"concurrency": concurrency or "packed", "trials": len(trials), "training_wall_s": wall,
+            "stepping_s": stepping, "fixed_s_per_trial": (wall - stepping) / len(trials) if concurrency == 1 else None,
+            "cores_busy": (b1 - b0) / (t1 - t0) if t1 > t0 else None,
+            "start_s": {p.key: {k.removeprefix("time/start_"): round(v, 3) for k, v in t.records()[0].items()
+                                if k.startswith("time/start_")} | {"first_eval": round(t.records()[0]["time/eval_s"], 3)}
+                        for p, t in zip(sweep.trials, trials)}}
+
+
+def sweep_part(repeats: int = 2) -> dict:
+    """The fixed-cost sweep, one trial at a time and packed, ``repeats`` times each, on a local Ray and an MLflow
+    server of its own (started first: their start is not a trial's)."""
+    from isosweep.track import server  # reason: MLflow, for this part only
+
+    with tempfile.TemporaryDirectory(prefix="isosweep-bench-sweep-") as tmp:
+        saved = {k: os.environ.get(k) for k in ("ISOSWEEP_MLFLOW_DIR", "ISOSWEEP_MLFLOW_PORT", "MLFLOW_TRACKING_URI")}
+        os.environ.update(ISOSWEEP_MLFLOW_DIR=str(Path(tmp) / "mlflow"), ISOSWEEP_MLFLOW_PORT=str(_free_port()))
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+        started = ray_init(log_to_driver=False)
+        try:
+            server.ensure_server(log=lambda line: None)
+            runs = []
+            for r in range(repeats):
+                for concurrency in (1, None):
+                    work = Path(tmp) / f"r{r}-{concurrency or 'packed'}"
+                    work.mkdir()
+                    run = sweep_fixed_cost(work, concurrency)
+                    runs.append(run)
+                    print(f"[bench] sweep of {run['trials']} trials, {run['concurrency']} at a time: training "
+                          f"{run['training_wall_s']:.1f} s wall, {run['stepping_s']:.1f} s of steps, cores busy "
+                          f"{run['cores_busy']:.0%}" + (f", fixed cost {run['fixed_s_per_trial']:.1f} s per trial"
+                                                        if run["fixed_s_per_trial"] is not None else ""), flush=True)
+        finally:
+            server.stop_server()
+            if started:
+                import ray
+
+                ray.shutdown()
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+    return {"grid": SWEEP_GRID, "budget": SWEEP_BUDGET, "runs": runs}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+PARTS = ("side_by_side", "engines", "trial", "sweep")
+
+
 def main(out: str = "bench/results.json", engines: list[str] | None = None, sizes: list[str] | None = None,
-         repeats: int = 3) -> dict:
+         repeats: int = 3, parts: list[str] | None = None) -> dict:
+    """Run the ``parts`` of the benchmark (default: all) and write their figures to ``out``; a part not run keeps
+    what an earlier run wrote there (so a long benchmark can be redone part by part)."""
     engines = engines or (["vllm", "hf"] if vllm_available() else ["hf"])
     sizes = sizes or list(FAMILY)
+    parts = parts or list(PARTS)
     started = time.perf_counter()
-    versus = side_by_side(sizes, repeats=repeats)
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).with_name("side_by_side.md").write_text(side_by_side_table(versus) + "\n")
-    print(side_by_side_table(versus), flush=True)
-    results = {
-        "host": {"machine": host.machine(), "cpus": torch.get_num_threads(), "torch": torch.__version__},
-        "side_by_side": versus,
-        "engines": engine_table(engines, sizes),
-        "trial": {name: trial_split("sweeps/trials/easy.yaml",
-                                    ["budget=2560", f"rollout.engine={name}", "eval.every=10"],
-                                    Path(out).parent / f"trial-{name}")
-                  for name in engines},
-        "bench_wall_s": time.perf_counter() - started,
-    }
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(results, indent=2))
+    path = Path(out)
+    results = json.loads(path.read_text()) if path.exists() else {}
+    results["host"] = {"machine": host.machine(), "cpus": torch.get_num_threads(), "torch": torch.__version__}
+    if "side_by_side" in parts:
+        versus = side_by_side(sizes, repeats=repeats)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.with_name("side_by_side.md").write_text(side_by_side_table(versus) + "\n")
+        print(side_by_side_table(versus), flush=True)
+        results["side_by_side"] = versus
+    if "engines" in parts:
+        results["engines"] = engine_table(engines, sizes)
+    if "trial" in parts:
+        results["trial"] = {name: trial_split("sweeps/trials/easy.yaml",
+                                              ["budget=2560", f"rollout.engine={name}", "eval.every=10"],
+                                              path.parent / f"trial-{name}")
+                            for name in engines}
+    if "sweep" in parts:
+        results["sweep"] = sweep_part()
+    results["bench_wall_s"] = {**(results.get("bench_wall_s") if isinstance(results.get("bench_wall_s"), dict)
+                                  else {}), "+".join(parts): time.perf_counter() - started}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2))
     print(f"[bench] wrote {out}")
     return results

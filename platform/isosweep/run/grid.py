@@ -86,19 +86,20 @@ class GridProgress:
 
 
 def run_sweep(sweep: Sweep, runs_root: str | Path = "runs/sweeps", dashboards: str | Path | None = "dashboards",
-              address: str | None = None, log: Callable[[str], None] = say, progress_every_s: float = 30.0
-              ) -> Analysis | None:
-    """Run (or resume) ``sweep``; returns the frontier analysis, or None if it was interrupted."""
+              address: str | None = None, log: Callable[[str], None] = say, progress_every_s: float = 30.0,
+              concurrency: int | None = None) -> Analysis | None:
+    """Run (or resume) ``sweep``; returns the frontier analysis, or None if it was interrupted. ``concurrency``:
+    at most this many trials at once (default: as many as the cluster fits)."""
     check_problem_sets([p.cfg for p in sweep.trials], sweep.path, log)
     sweep_out, uri = open_study(sweep.sweep_id, runs_root, log)
     try:
-        return _run_locked(sweep, sweep_out, uri, dashboards, address, log, progress_every_s)
+        return _run_locked(sweep, sweep_out, uri, dashboards, address, log, progress_every_s, concurrency)
     finally:
         release_study(sweep_out)
 
 
 def _run_locked(sweep: Sweep, sweep_out: Path, uri: str, dashboards: str | Path | None, address: str | None,
-                log: Callable[[str], None], progress_every_s: float) -> Analysis | None:
+                log: Callable[[str], None], progress_every_s: float, concurrency: int | None) -> Analysis | None:
     client = runs.client(uri)
     parent_id = runs.open_parent(client, sweep, sweep_out)
     pending = [p for p in sweep.trials if not is_finished(trial_of(sweep_out, p.key), p.cfg)]
@@ -119,7 +120,8 @@ def _run_locked(sweep: Sweep, sweep_out: Path, uri: str, dashboards: str | Path 
                          sweep_id=sweep.sweep_id, parent_run_id=parent_id, tracking_uri=uri) for p in pending]
         progress = Progress(GridProgress(sweep, sweep_out), sweep_out, log, progress_every_s, "sweep", uri=uri)
         interrupted = run_trials(sweep_out, [p.cfg for p in sweep.trials], sweep.path, address, progress, log,
-                                 "sweep", param_space={"trial": tune.grid_search([j.to_tune() for j in jobs])})
+                                 "sweep", limit=concurrency,
+                                 param_space={"trial": tune.grid_search([j.to_tune() for j in jobs])})
         settle()  # trials that ran while MLflow was down: their runs created and caught up now that it answers
     unfinished = [p.key for p in sweep.trials if not is_finished(trial_of(sweep_out, p.key), p.cfg)]
     if unfinished:
