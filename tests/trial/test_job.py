@@ -117,6 +117,28 @@ def test_a_trial_computes_the_same_in_process_as_in_a_ray_train_job(base_model, 
     assert inline[0]["time/start_imports_s"] >= 0 and inline[0]["time/start_learner_s"] > 0
 
 
+def test_an_in_process_trial_ignores_the_launcher_variables_its_parent_left(base_model, tmp_path):
+    """A process that trained in process (a test, a driver) has ``RANK`` and ``MASTER_PORT`` of its world of one in
+    its environment, and its children inherit them: an in-process trial started by such a child is still a world of
+    one of its own, not a rendezvous at the parent's port (two of them at once failed with EADDRINUSE)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "platform"), "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
+               "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(taken.getsockname()[1])}
+        sets = [arg for kv in ["budget=64", "Bp=8", "n=4", "eval.every=2", "task.eval_problems=8", "rollout.engine=hf"]
+                for arg in ("--set", kv)]
+        done = subprocess.run([sys.executable, "-m", "isosweep.cli", "trial", str(EASY), *sets, "--out",
+                               str(tmp_path / "trial")], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [r["step"] for r in TrialDir(tmp_path / "trial").records()] == [0, 2]
+
+
 @pytest.mark.slow
 def test_corrections_run_and_log_their_diagnostics_every_step(base_model, tmp_path):
     for correction in ("tis", "ais"):

@@ -9,10 +9,10 @@ all of them alike. A run's seconds per step is the median over its steps after t
 ``WARMUP_STEPS``; what is reported per contender is the median over repeats and the spread
 (min, max). Nothing asserts a speed: only ratios measured in one run mean anything here.
 
-- ``isosweep``: a real trial as a sweep runs it (a Ray Train job on a local Ray, the engine a
-  sweep uses by default), seconds per step from the ``time/step_s`` of ``steps.jsonl``; its
-  fixed cost (trial wall time less its steps and evaluations, Ray already running) is broken
-  down by the ``time/start_*`` fields of the first eval record.
+- ``isosweep``: a real trial as ``isosweep trial`` runs it (the launcher and rollout engine a trial
+  picks by default: in process, with the in-process engine, for the tiny models on CPU), seconds per
+  step from the ``time/step_s`` of ``steps.jsonl``; its fixed cost (trial wall time less its steps
+  and evaluations) is broken down by the ``time/start_*`` fields of the first eval record.
 - ``trl``: TRL's ``GRPOTrainer`` (:mod:`isosweep.experiments.trl_baseline`), needs the ``bench`` extra.
 - ``torch``: the floor of what the hardware does for this step: sample with a KV cache, score,
   one forward and backward of the policy and one AdamW step; no reference model, no logging.
@@ -43,10 +43,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from isosweep.algo.grpo import group_advantages, token_logprobs
 from isosweep.models.warmup import ensure_base_model
 from isosweep.rollout.hf import sample_tokens
-from isosweep.spec.trial import kl_coef, learning_rate, load_trial, rollout_engine
+from isosweep.spec.trial import kl_coef, launcher_choice, learning_rate, load_trial, rollout_engine
 from isosweep.tasks import get_task
 from isosweep.trial.files import TrialDir
-from isosweep.trial.job import ray_init, run_trial
+from isosweep.trial.job import run_trial
+from isosweep.trial.learner import LAUNCHER_ENV
 from isosweep.trial.loop import batch_problems, problem_sets
 
 CONTENDERS = ("isosweep", "trl", "torch", "torch-overlap")
@@ -157,11 +158,9 @@ def run_torch(setup: Setup, steps: int, overlap: bool = False) -> list[float]:
 
 
 def run_isosweep(setup: Setup, steps: int, out: Path) -> dict:
-    """A real trial on a local Ray started first: seconds per step and the fixed cost, broken down."""
+    """A real trial as ``isosweep trial`` runs it (the launcher and engine its config picks by default): seconds
+    per step and the fixed cost, broken down."""
     cfg = setup.trial_config(steps)
-    t0 = time.perf_counter()
-    ray_init(log_to_driver=False)
-    ray_s = time.perf_counter() - t0
     start = time.perf_counter()
     run_trial(cfg, out)
     wall = time.perf_counter() - start
@@ -170,7 +169,7 @@ def run_isosweep(setup: Setup, steps: int, out: Path) -> dict:
     stepping = sum(row["time/step_s"] for row in step_rows) + sum(r["time/eval_s"] for r in records)
     first = records[0]
     return {"seconds": [row["time/step_s"] for row in step_rows], "engine": rollout_engine(cfg),
-            "ray_start_s": ray_s, "trial_wall_s": wall, "fixed_s": wall - stepping,
+            "launcher": launcher_choice(cfg)[0], "trial_wall_s": wall, "fixed_s": wall - stepping,
             "first_eval_s": first["time/eval_s"],
             "split_s": {key.removeprefix("time/"): statistics.median(row[key] for row in step_rows[WARMUP_STEPS:])
                         for key in step_rows[0] if key.startswith("time/")},
@@ -196,7 +195,9 @@ def _spawn(contender: str, setup: Setup, steps: int, work: Path) -> dict:
     cmd = [sys.executable, "-m", "isosweep.experiments.side_by_side", contender, "--setup", json.dumps(asdict(setup)),
            "--steps", str(steps), "--out", str(out), "--result", str(result)]
     started = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
+    # not this process's torch.distributed world, if it has one: a contender's own launcher would join it
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_ENV}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}",
                 "process_s": time.perf_counter() - started}

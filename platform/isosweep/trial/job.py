@@ -147,6 +147,9 @@ def run_in_process(cfg: TrialConfig, out: str | Path, tracker=None, report: Call
     import isosweep.trial.loop  # noqa: F401  reason: as above; timed as the launch's imports
 
     from isosweep.rollout.pool import release  # reason: as above (the rollout package imports torch)
+    from isosweep.trial.learner import forget_launcher_env  # reason: as above
+
+    forget_launcher_env()  # an in-process launch is a world of one, whatever its parent process left in the environment
 
     launch = {"time/start_imports_s": time.time() - entered}
     if threads:

@@ -28,6 +28,19 @@ from isosweep.spec.profiles import deepspeed_overrides, get_profile
 from isosweep.spec.trial import TrialConfig, learning_rate
 
 
+LAUNCHER_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+"""The variables a launcher (Ray Train, torchrun) gives each worker, and :func:`init_distributed` sets for a world of one."""
+
+
+def forget_launcher_env() -> None:
+    """Drop launcher variables this process has but no process group behind them: inherited from a parent that
+    trained in process (a test, a driver), they would make a world of one rendezvous at the parent's old port --
+    two trials at once then race for it, and torch's TCP store listens on every interface."""
+    if not dist.is_initialized():
+        for key in LAUNCHER_ENV:
+            os.environ.pop(key, None)
+
+
 def init_distributed(backend: str) -> tuple[int, int]:
     """Join (or create, as a world of one) the trainer's process group; returns ``(rank, world_size)``.
 
