@@ -222,3 +222,29 @@ def test_asha_scheduler_over_budget_range():
     assert sched._time_attr == "rollouts" and sched._max_t == 10000
     assert sched._reduction_factor == 3
     assert sched._brackets[0]._rungs[-1][0] == 1000  # the lowest rung is grace_period = budget_min
+
+
+def test_on_a_log_size_scale_the_acquisition_charges_a_rung_its_parameters_and_the_state_keeps_the_scale(tmp_path):
+    from isosweep.hpo.searcher import JFHPOSearcher, space_from_state, space_state
+
+    sizes = {"tiny-w64": 240320, "tiny-w128": 955776, "tiny-w256": 3812096}
+    space = SearchSpace(params=(Param("lr", 1e-6, 1e-4, log=True),), sizes=sizes, budget_min=1000,
+                        budget_max=8000, budget_step=1000, size_scale="log")
+    assert space_from_state(space_state(space)) == space
+    s = JFHPOSearcher(space, "y", "max", seed=0, time_attr="t")
+    for i, (size, budget) in enumerate([("tiny-w64", 2000), ("tiny-w128", 4000), ("tiny-w64", 8000),
+                                        ("tiny-w256", 8000)]):
+        s.suggest(f"t{i}")
+        s.replace_live(f"t{i}", {"lr": 1e-5 * (i + 1), "model": size, "budget": budget})
+        # measured cost: exactly 0.1 + parameters ratio x budget fraction
+        s.on_trial_complete(f"t{i}", {"y": 0.1 * i, "t": 0.1 + sizes[size] / sizes["tiny-w256"] * budget / 8000})
+    c0, c1 = s.cost_constants()
+    assert (c0, c1) == pytest.approx((0.1, 1.0), rel=1e-6)
+    acq = s.acquisition()
+    X = torch.tensor([[[0.3, space.size_fidelity("tiny-w64"), 0.5]]], dtype=torch.double)
+    assert float(acq.cost(X)) == pytest.approx(0.1 + sizes["tiny-w64"] / sizes["tiny-w256"] * 0.5)
+    s.save(str(tmp_path / "state.json"))
+    restored = JFHPOSearcher(SearchSpace(params=space.params, sizes=sizes, budget_min=1000, budget_max=8000,
+                                         budget_step=1000), "y", "max", seed=0, time_attr="t")
+    restored.restore(str(tmp_path / "state.json"))
+    assert restored.space.size_scale == "log"

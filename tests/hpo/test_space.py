@@ -100,3 +100,27 @@ def test_param_errors(args, message):
 def test_config_missing_keys():
     with pytest.raises(ValueError, match="lacks"):
         grpo_space().to_unit({"lr": 1e-5})
+
+
+LADDER = {"tiny-w64": 240320, "tiny-w128": 955776, "tiny-w256": 3812096}
+
+
+def test_a_log_size_scale_spaces_a_doubling_ladder_evenly_and_keeps_the_cost_in_parameters():
+    space = grpo_space(sizes=LADDER, size_scale="log")
+    params = grpo_space(sizes=LADDER)
+    ratios = [LADDER[n] / LADDER["tiny-w256"] for n in LADDER]
+    # s = 1 + ln(p / p_target) / (2 ln(p_target / p_smallest)): the smallest at 0.5, the rest by their log
+    span = 2 * math.log(LADDER["tiny-w256"] / LADDER["tiny-w64"])
+    assert space.size_fidelities == pytest.approx([1 + math.log(r) / span for r in ratios])
+    assert space.size_fidelities[0] == pytest.approx(0.5) and space.size_fidelities[1] == pytest.approx(0.75, abs=1e-3)
+    assert params.size_fidelities == pytest.approx(ratios)
+    for name, ratio in zip(LADDER, ratios):  # the cost of a rung is its parameters on either scale
+        assert space.size_ratio(space.size_fidelity(name)) == pytest.approx(ratio)
+        assert params.size_ratio(params.size_fidelity(name)) == pytest.approx(ratio)
+        assert space.params_ratio(name) == params.params_ratio(name) == pytest.approx(ratio)
+        assert space.snap_size(space.size_fidelity(name)) == name
+    assert space.snap_size(0.6) == "tiny-w64" and space.snap_size(0.66) == "tiny-w128"
+    with pytest.raises(ValueError, match="size_scale 'cubic': allowed: params, log"):
+        grpo_space(size_scale="cubic")
+    assert SearchSpace.from_dict({"params": {"lr": {"low": 1e-6, "high": 1e-4, "log": True}}, "sizes": LADDER,
+                                  "budget": [1000, 10000], "size_scale": "log"}).size_scale == "log"

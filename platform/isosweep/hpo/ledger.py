@@ -128,10 +128,10 @@ class StudyLedger:
     def fit_budget(self, size: str, budget: int, room: float) -> tuple[str, int]:
         """``(size, budget)`` cut to what ``room`` pays for: the budget first, then the smallest size."""
         study, space = self.study, self.study.space
-        fit = int(room / study.size_fidelity(size)) // study.batch * study.batch
+        fit = int(room / study.size_ratio(size)) // study.batch * study.batch
         if fit < space.budget_min:
             size = space.ladder[0][0]
-            fit = int(room / study.size_fidelity(size)) // study.batch * study.batch
+            fit = int(room / study.size_ratio(size)) // study.batch * study.batch
         return size, (max(space.budget_min, fit) if fit < budget else budget)
 
     def _distance(self, a: dict[str, float], b: dict[str, float]) -> float:

@@ -6,7 +6,8 @@ target) and proposes the point maximising
 
     EI(x at its own fidelity; incumbent = best posterior mean at the target fidelity) / cost(x)
 
-with ``cost(x) = c0 + c1 * s * b`` (compute is proportional to parameters x rollouts; ``c0`` is
+with ``cost(x) = c0 + c1 * r(s) * b`` (compute is proportional to parameters x rollouts, ``r(s)`` the
+parameters relative to the target at data fidelity ``s``, ``s`` itself on the params scale; ``c0`` is
 the fixed per-trial overhead: start-up, model load, evaluation). The constants are fitted by
 least squares from the measured wall seconds of finished trials. Dividing by cost is what makes
 a cheap low-fidelity trial worth proposing: it buys less expected improvement, but per second.
@@ -105,9 +106,11 @@ class CostAwareLogEI(AcquisitionFunction):
     """
 
     def __init__(self, model, best_f: float, *, c0: float, c1: float, idx_s: int, idx_b: int,
-                 X_pending: torch.Tensor | None = None, mc_samples: int = 128, seed: int = 0) -> None:
+                 X_pending: torch.Tensor | None = None, mc_samples: int = 128, seed: int = 0,
+                 size_ratio: Callable[[torch.Tensor], torch.Tensor] | None = None) -> None:
         super().__init__(model)
         self.c0, self.c1, self.idx_s, self.idx_b = float(c0), float(c1), idx_s, idx_b
+        self.size_ratio = size_ratio or (lambda s: s)
         if X_pending is None:
             self.ei = LogExpectedImprovement(model, best_f=best_f)
         else:
@@ -115,7 +118,7 @@ class CostAwareLogEI(AcquisitionFunction):
             self.ei = qLogExpectedImprovement(model, best_f=best_f, sampler=sampler, X_pending=X_pending)
 
     def cost(self, X: torch.Tensor) -> torch.Tensor:
-        return self.c0 + self.c1 * X[..., 0, self.idx_s] * X[..., 0, self.idx_b]
+        return self.c0 + self.c1 * self.size_ratio(X[..., 0, self.idx_s]) * X[..., 0, self.idx_b]
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         return self.ei(X) - self.cost(X).log()
@@ -230,11 +233,11 @@ class BaseSearcher(Searcher, abc.ABC):
             return seconds
         x = self.space.to_unit(config)
         c0, c1 = self.cost_constants()
-        return c0 + c1 * x[self.space.idx_s] * x[self.space.idx_b]
+        return c0 + c1 * self.space.size_ratio(x[self.space.idx_s]) * x[self.space.idx_b]
 
     def cost_constants(self) -> tuple[float, float]:
-        """``(c0, c1)`` of the cost model ``c0 + c1 * s * b``, fitted from the measured seconds."""
-        measured = [(o.x[self.space.idx_s] * o.x[self.space.idx_b], o.seconds) for o in self.observations
+        """``(c0, c1)`` of the cost model ``c0 + c1 * r(s) * b``, fitted from the measured seconds."""
+        measured = [(self.space.size_ratio(o.x[self.space.idx_s]) * o.x[self.space.idx_b], o.seconds) for o in self.observations
                     if o.final and o.seconds is not None]
         return fit_cost_model([m[0] for m in measured], [m[1] for m in measured], prior=self.cost_prior)
 
@@ -344,7 +347,8 @@ def space_state(space: SearchSpace) -> dict[str, Any]:
     """``space`` as JSON-able data (what :func:`space_from_state` rebuilds)."""
     return {"params": [asdict(p) for p in space.params], "sizes": dict(space.sizes), "budget_min": space.budget_min,
             "budget_max": space.budget_max, "target": space.target, "budget_step": space.budget_step,
-            "min_budget": space.min_budget, "size_key": space.size_key, "budget_key": space.budget_key}
+            "min_budget": space.min_budget, "size_key": space.size_key, "budget_key": space.budget_key,
+            "size_scale": space.size_scale}
 
 
 def space_from_state(state: Mapping[str, Any]) -> SearchSpace:
@@ -554,7 +558,7 @@ class JFHPOSearcher(BaseSearcher):
         best_f, _ = self.target_incumbent(model)
         c0, c1 = self.cost_constants()
         return CostAwareLogEI(model, best_f, c0=c0, c1=c1, idx_s=self.space.idx_s, idx_b=self.space.idx_b,
-                              X_pending=X_pending, mc_samples=self.mc_samples,
+                              X_pending=X_pending, mc_samples=self.mc_samples, size_ratio=self.space.size_ratio,
                               seed=self._torch_seed(len(self.observations) + 104729))
 
     # -- proposal ---------------------------------------------------------------------------

@@ -6,12 +6,16 @@ cube ``[h_1 .. h_n, s, b]``:
 
 - ``h_i`` in [0, 1]: each continuous hyperparameter, linearly or log-scaled between its bounds
   (learning rates and KL coefficients span decades, so they are searched in log space);
-- ``s = params / params_target``: the data fidelity, 1 at the target model;
+- ``s``: the data fidelity, 1 at the target model: ``params / params_target`` (``size_scale:
+  params``), or on a log scale (``size_scale: log``), ``s = 1 + ln(params / params_target) / L``
+  with ``L = 2 ln(params_target / params_smallest)``, so the smallest rung sits at 0.5 and a
+  ladder that doubles in width has evenly spaced rungs (with ``params`` a ladder 0.24M/0.96M/3.8M
+  has rungs at 0.06, 0.25, 1: the two proxies almost on top of each other, far from the target);
 - ``b = budget / budget_max``: the iteration fidelity, 1 at the full (target) budget.
 
-Both fidelities are ratios rather than ranks because the cost of a trial is proportional to
-``params x rollouts`` = ``s x b`` in target units, and because BoTorch's multi-fidelity kernels
-assume fidelity 1 is the target and that lower values are "further away" from it.
+The cost of a trial is proportional to ``params x rollouts``: ``size_ratio(s) x b`` in target units
+(``size_ratio(s) = s`` on the params scale). BoTorch's multi-fidelity kernels assume fidelity 1 is
+the target and that lower values are "further away" from it; both scales keep that order.
 
 The space is plain data (no YAML, no torch) so the sweep runner can build it from any source
 (``SearchSpace.from_dict``) and tests can build it inline.
@@ -81,6 +85,7 @@ class SearchSpace:
     min_budget: int = 1
     size_key: str = "model"
     budget_key: str = "budget"
+    size_scale: str = "params"
     _ladder: tuple[tuple[str, int], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -118,6 +123,8 @@ class SearchSpace:
                              f"{largest[0]!r} has {largest[1]}. JF-HPO tunes on smaller members for a larger target")
         object.__setattr__(self, "target", target)
 
+        if self.size_scale not in ("params", "log"):
+            raise ValueError(f"size_scale {self.size_scale!r}: allowed: params, log")
         if self.budget_step <= 0:
             raise ValueError(f"budget_step must be positive (got {self.budget_step})")
         if self.min_budget <= 0:
@@ -143,7 +150,7 @@ class SearchSpace:
         """
         data = dict(data)
         unknown = set(data) - {"params", "sizes", "budget", "budget_step", "target", "min_budget", "size_key",
-                               "budget_key"}
+                               "budget_key", "size_scale"}
         if unknown:
             raise ValueError(f"unknown search-space keys {sorted(unknown)}")
         params = tuple(Param(name, float(p["low"]), float(p["high"]), bool(p.get("log", False)))
@@ -151,7 +158,8 @@ class SearchSpace:
         budget = data["budget"]
         if len(budget) != 2:
             raise ValueError(f"budget must be [budget_min, budget_max] (got {budget!r})")
-        extra = {k: data[k] for k in ("budget_step", "target", "min_budget", "size_key", "budget_key") if k in data}
+        extra = {k: data[k] for k in ("budget_step", "target", "min_budget", "size_key", "budget_key", "size_scale")
+                 if k in data}
         return cls(params=params, sizes=dict(data["sizes"]), budget_min=int(budget[0]), budget_max=int(budget[1]),
                    **extra)
 
@@ -188,8 +196,25 @@ class SearchSpace:
     @property
     def size_fidelities(self) -> tuple[float, ...]:
         """``s`` of each rung, smallest first; the last is 1.0."""
-        top = self.sizes[self.target]
-        return tuple(count / top for _, count in self._ladder)
+        return tuple(self.size_fidelity(name) for name, _ in self._ladder)
+
+    @property
+    def _log_span(self) -> float:
+        smallest = self._ladder[0][1]
+        return 2 * math.log(self.sizes[self.target] / smallest) if smallest < self.sizes[self.target] else 1.0
+
+    def size_ratio(self, s):
+        """``params / params_target`` at data fidelity ``s`` (a float or a tensor): what a rollout costs there."""
+        if self.size_scale == "params":
+            return s
+        x = (s - 1.0) * self._log_span
+        return x.exp() if hasattr(x, "exp") else math.exp(x)
+
+    def params_ratio(self, name: str) -> float:
+        """``params / params_target`` of a size (whatever the scale)."""
+        if name not in self.sizes:
+            raise ValueError(f"unknown size {name!r}; allowed: {list(self.sizes)}")
+        return self.sizes[name] / self.sizes[self.target]
 
     @property
     def b_min(self) -> float:
@@ -197,9 +222,9 @@ class SearchSpace:
         return self.budget_min / self.budget_max
 
     def size_fidelity(self, name: str) -> float:
-        if name not in self.sizes:
-            raise ValueError(f"unknown size {name!r}; allowed: {list(self.sizes)}")
-        return self.sizes[name] / self.sizes[self.target]
+        """``s`` of a size on this space's scale."""
+        ratio = self.params_ratio(name)
+        return ratio if self.size_scale == "params" else 1.0 + math.log(ratio) / self._log_span
 
     def budget_fidelity(self, budget: float) -> float:
         return float(budget) / self.budget_max
@@ -210,8 +235,11 @@ class SearchSpace:
         return int(min(self.budget_max, max(self.budget_min, snapped)))
 
     def snap_size(self, s: float) -> str:
-        """The rung whose ``s`` is nearest to ``s`` (in log space: rungs are roughly geometric)."""
+        """The rung whose ``s`` is nearest to ``s`` (in log space on the params scale: rungs are roughly
+        geometric; linearly on the log scale, where they already are)."""
         s = max(float(s), 1e-12)
+        if self.size_scale == "log":
+            return min(zip((n for n, _ in self._ladder), self.size_fidelities), key=lambda kv: abs(kv[1] - s))[0]
         return min(zip((n for n, _ in self._ladder), self.size_fidelities),
                    key=lambda kv: abs(math.log(kv[1]) - math.log(s)))[0]
 

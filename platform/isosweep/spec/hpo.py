@@ -91,6 +91,10 @@ class JFHPOSpec(Section):
     trial's, at the same size and a larger budget, runs that trial's configuration and continues it."""
     final_at_target: bool = True
     """Keep one full-fidelity trial's worth of the study budget for running the recommendation at the target."""
+    size_scale: Literal["params", "log"] = "params"
+    """The size fidelity ``s``: ``params`` (parameters / the target's) or ``log`` (evenly spaced for a
+    ladder that doubles, the smallest size at 0.5; see ``hpo.space``). The cost is parameters x
+    rollouts either way."""
 
 
 class ASHASpec(Section):
@@ -181,6 +185,10 @@ class HPOStudy:
     def size_fidelity(self, size: str) -> float:
         return self.space.size_fidelity(size)
 
+    def size_ratio(self, size: str) -> float:
+        """Parameters of ``size`` relative to the target: what a rollout there costs in target rollouts."""
+        return self.space.params_ratio(size)
+
     def trial_config(self, params: dict[str, Any], size: str, budget: int) -> TrialConfig:
         """The trial config of searched ``params`` (dotted keys) at fidelity ``(size, budget)``."""
         data = merge(self.base, parse_overrides([f"{k}={json.dumps(float(v))}" for k, v in params.items()]))
@@ -189,7 +197,7 @@ class HPOStudy:
 
     def cost(self, size: str, rollouts: float) -> float:
         """Target-equivalent rollouts charged for training ``rollouts`` on ``size`` (plus the per-trial charge)."""
-        return self.size_fidelity(size) * float(rollouts) + self.spec.cost.per_trial * self.budget
+        return self.size_ratio(size) * float(rollouts) + self.spec.cost.per_trial * self.budget
 
 
 def parse_study_budget(text: str | float | int, full_trial: float, source: str) -> float:
@@ -252,7 +260,8 @@ def load_hpo(path: str | Path, budget: int | str | float | None = None,
     try:
         space = SearchSpace(params=tuple(Param(k, r.low, r.high, r.log) for k, r in spec.space.items()),
                             sizes=sizes, budget_min=low, budget_max=high, target=names[-1], budget_step=batch,
-                            min_budget=batch, size_key="model.name", budget_key="budget")
+                            min_budget=batch, size_key="model.name", budget_key="budget",
+                            size_scale=spec.jfhpo.size_scale)
     except ValueError as err:
         raise ConfigError(f"{source}: {err}") from None
     study = HPOStudy(spec=spec, path=path, budget=high, study_budget=total, space=space, base=base, batch=batch)
