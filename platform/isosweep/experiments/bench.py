@@ -26,9 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-
 import torch
+import yaml
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from isosweep.experiments.side_by_side import side_by_side

@@ -145,7 +145,6 @@ def run_in_process(cfg: TrialConfig, out: str | Path, tracker=None, report: Call
     import torch  # reason: only the process that trains loads torch (module docstring)
 
     import isosweep.trial.loop  # noqa: F401  reason: as above; timed as the launch's imports
-
     from isosweep.rollout.pool import release  # reason: as above (the rollout package imports torch)
     from isosweep.trial.learner import forget_launcher_env  # reason: as above
 

@@ -27,7 +27,6 @@ from torch.distributed.distributed_c10d import _world
 from isosweep.spec.profiles import deepspeed_overrides, get_profile
 from isosweep.spec.trial import TrialConfig, learning_rate
 
-
 LAUNCHER_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 """The variables a launcher (Ray Train, torchrun) gives each worker, and :func:`init_distributed` sets for a world of one."""
 
