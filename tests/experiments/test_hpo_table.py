@@ -155,3 +155,9 @@ def test_a_table_builds_in_process_keeps_per_problem_counts_and_a_rerun_runs_not
     lines.clear()
     build(path, tmp_path / "out", log=lines.append)
     assert not lines
+
+    # a fresh clone has table.json but not the runs: the recorded curves stand and nothing runs
+    import shutil
+    shutil.rmtree(tmp_path / "out" / "runs")
+    again = build(path, tmp_path / "out", log=lines.append)
+    assert not lines and again["cells"] == done["cells"]

@@ -11,7 +11,9 @@ job per curve (whose start-up, 15-50 s on a 2-core machine, would dominate short
 same training, evaluation and checkpoint code as a sweep's trials. A finished cell is not run
 again and an interrupted one resumes from its checkpoint, so a long build is split into runs
 that each continue the last. Every curve keeps its evaluations' per-problem correct counts
-(the trial's ``metrics.jsonl``), so each value comes with its noise.
+(the trial's ``metrics.jsonl``), so each value comes with its noise. ``table.json`` is the
+record: a curve it holds whose run folder is gone (a fresh clone of the repository, where the
+runs are not committed) is kept as it is and not run again.
 
 **Signal** (``signal``), at the target size (the last of ``sizes``) and the full budget, each
 configuration's value is its final mean@k averaged over seeds. Differences between two
@@ -170,12 +172,13 @@ def build(spec_path: str | Path, out: str | Path, log: Callable[[str], None] = p
     spec_path, out = Path(spec_path), Path(out)
     spec, grid = load_table_spec(spec_path)
     trial_file = spec_path.parent / spec.trial
+    recorded = recorded_cells(spec, out)
     cells = [(size, config, seed) for size in reversed(spec.sizes) for seed in spec.seeds for config in grid]
     ran = 0
     for i, (size, config, seed) in enumerate(cells):
         cfg = cell_trial(spec, trial_file, size, config, seed)
         folder = cell_dir(out, size, config, seed)
-        if finished(cfg, folder):
+        if finished(cfg, folder) or (cell_name(size, config, seed) in recorded and not folder.exists()):
             continue
         if limit is not None and ran >= limit:
             break
@@ -191,9 +194,26 @@ def build(spec_path: str | Path, out: str | Path, log: Callable[[str], None] = p
     return table
 
 
+def cell_name(size: str, config: dict[str, Any], seed: int) -> str:
+    return f"{size}/{config_key(config)},seed={seed}"
+
+
+def recorded_cells(spec: TableSpec, out: Path) -> dict[str, dict]:
+    """The finished curves ``<out>/table.json`` already holds (by ``cell_name``), if it is this table's."""
+    path = out / "table.json"
+    if not path.exists():
+        return {}
+    table = json.loads(path.read_text())
+    if table.get("spec") != spec.model_dump():
+        return {}  # another spec (budget, set, grid changed): its curves are not this table's
+    return {cell_name(c["size"], c["config"], c["seed"]): c for c in table["cells"]}
+
+
 def collect(spec: TableSpec, spec_path: Path, out: Path) -> dict:
-    """Every finished curve of the table: its evaluations with per-problem counts."""
+    """Every finished curve of the table: its evaluations with per-problem counts (from its run folder,
+    or, where that is gone, from the curve ``table.json`` already holds)."""
     trial_file = spec_path.parent / spec.trial
+    recorded = recorded_cells(spec, out)
     cells = []
     for size in spec.sizes:
         for config in configs(spec):
@@ -201,6 +221,9 @@ def collect(spec: TableSpec, spec_path: Path, out: Path) -> dict:
                 cfg = cell_trial(spec, trial_file, size, config, seed)
                 folder = cell_dir(out, size, config, seed)
                 if not finished(cfg, folder):
+                    kept = recorded.get(cell_name(size, config, seed))
+                    if kept is not None and not folder.exists():
+                        cells.append(kept)
                     continue
                 k = cfg.eval.k
                 curve = [{"rollouts": r["rollouts"], "value": r[f"eval/mean@{k}"], "counts": r[COUNTS_KEY],
