@@ -9,8 +9,9 @@
 #                                   the studies in dashboards/ -> dashboards/REPORT.md
 #   make bench                      isosweep vs TRL vs a plain loop, engine throughput, a trial's time split
 #                                   -> bench/results.json
-#   make hpo-bench [PART=synthetic|real]  JF-HPO vs random / ASHA: Hartmann test function (seconds) and tiny-family
-#                                   studies (about an hour on 2 cores) -> bench/hpo.json, dashboards/hpo-bench/
+#   make hpo-bench [PART=table|synthetic|real|all]  JF-HPO vs random / ASHA / Hyperband replayed on the
+#                                   committed table of learning curves (minutes); the Hartmann test function
+#                                   (seconds); live tiny-family studies (about an hour) -> bench/hpo.json, dashboards/hpo-bench/
 #   make hpo-table [TABLE=sweeps/tables/hpo-table-pilot.yaml]  learning curves over an HPO grid, run in process, and
 #                                   whether they have signal -> dashboards/<name>/ (table.json, signal.md)
 #   make sweep SWEEP=sweeps/jfhpo.yaml [BUDGET=8192] [STUDY_BUDGET=4x]   an HPO study (JF-HPO; search: random | asha)
@@ -86,7 +87,7 @@ calibrate: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/isosweep bench --out bench/results.json
 
-PART ?= all
+PART ?= table
 hpo-bench: $(STAMP)
 	$(BIN)/isosweep hpo-bench --part $(PART) --out bench/hpo.json $(if $(BUDGET),--budget $(BUDGET)) $(if $(STUDY_BUDGET),--study-budget $(STUDY_BUDGET))
 

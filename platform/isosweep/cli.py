@@ -213,7 +213,8 @@ def _hpo_bench(args: argparse.Namespace) -> None:
 
     run(args.out, part=args.part, seeds=args.seeds, cost_budget=args.cost_budget, threshold=args.threshold,
         spec=args.spec, real_seeds=args.real_seeds, budget=args.budget, study_budget=args.study_budget,
-        margins=tuple(args.margin or MARGINS), runs_root=Path(args.runs).expanduser())
+        margins=tuple(args.margin or MARGINS), runs_root=Path(args.runs).expanduser(), table=args.table,
+        replay_seeds=args.replay_seeds, study_budgets=tuple(args.study_budgets), eps=args.eps)
 
 
 def _hpo_table(args: argparse.Namespace) -> None:
@@ -377,9 +378,10 @@ def main(argv: list[str] | None = None) -> int:
     sub.set_defaults(run=_submit)
 
     hpo = commands.add_parser("hpo-bench", help="JF-HPO vs its baselines: (a) the two-fidelity Hartmann function, "
-                                                "(b) HPO studies on the tiny family")
-    hpo.add_argument("--part", choices=("synthetic", "real", "all"), default="all",
-                     help="synthetic: (a) only (seconds); real: (b) only (about half an hour on 2 cores); default: all")
+                                                "(b) HPO studies on the tiny family, (c) replayed on a table of curves")
+    hpo.add_argument("--part", choices=("synthetic", "real", "table", "all"), default="table",
+                     help="synthetic: (a) (seconds); real: (b) (about an hour on 2 cores); table: (c) (minutes); "
+                          "all: every part; default: table")
     hpo.add_argument("--seeds", type=int, default=3, help="(a) number of seeds (default: 3)")
     hpo.add_argument("--cost-budget", type=float, default=60.0, help="(a) study budget in target-trial units (default: 60)")
     hpo.add_argument("--threshold", type=float, default=0.8, help="(a) regret to reach (default: 0.8)")
@@ -391,6 +393,13 @@ def main(argv: list[str] | None = None) -> int:
                      help="(b) a threshold = the target base model's eval + margin; repeat for several "
                           "(default: 0.01 and 0.02)")
     hpo.add_argument("--runs", default="runs/sweeps", help="(b) where the studies' trial directories go")
+    hpo.add_argument("--table", default="dashboards/hpo-table-ladder/table.json",
+                     help="(c) the table of learning curves (isosweep hpo-table's table.json)")
+    hpo.add_argument("--replay-seeds", type=int, default=20, help="(c) searcher seeds per method (default: 20)")
+    hpo.add_argument("--study-budgets", type=float, nargs="+", default=[4.0, 8.0],
+                     help="(c) study budgets in full target trials (default: 4 8)")
+    hpo.add_argument("--eps", type=float, default=0.01,
+                     help="(c) a recommendation within eps of the best true value counts as found (default: 0.01)")
     hpo.add_argument("--out", default="bench/hpo.json", help="where to write the figures")
     hpo.set_defaults(run=_hpo_bench)
 

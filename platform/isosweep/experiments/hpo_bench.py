@@ -10,7 +10,11 @@
     ordinary HPO study (its own sweep id, MLflow parent run and trial directories), so an
     interrupted bench re-run continues where it stopped and finished studies are not re-run.
 
-Both parts write to one JSON file (``bench/hpo.json``); running one part keeps the other's figures.
+(c) ``table``: the searchers replayed on a table of learning curves (``experiments.hpo_replay``):
+    JF-HPO (two size scales), random search, ASHA and Hyperband, 20 searcher seeds each at two
+    study budgets, plus the shuffled-proxy control (minutes; needs a finished table).
+
+Every part writes to one JSON file (``bench/hpo.json``); running one part keeps the others' figures.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from isosweep.experiments.hartmann import compare_on_hartmann
+from isosweep.experiments.hpo_replay import run as replay
 from isosweep.report.hpo import plot_trajectories
 from isosweep.report.tables import fmt
 from isosweep.run.core import say
@@ -130,9 +135,15 @@ def compare(results: dict[str, list[dict]], seeds: list[int], margins: tuple[flo
 def run(out: str | Path, part: str = "all", seeds: int = 3, cost_budget: float = 60.0, threshold: float = 0.8,
         spec: str | Path = "sweeps/jfhpo.yaml", real_seeds: int = 3, budget: str | None = None,
         study_budget: str | None = None, margins: tuple[float, ...] = MARGINS, runs_root: str | Path = "runs/sweeps",
+        table: str | Path = "dashboards/hpo-table-ladder/table.json", replay_seeds: int = 20,
+        study_budgets: tuple[float, ...] = (4.0, 8.0), eps: float = 0.01, dashboards: str | Path = "dashboards/hpo-bench",
         log: Callable[[str], None] = say) -> dict:
-    """Run ``part`` (``synthetic``, ``real`` or ``all``) and merge its figures into ``out``."""
+    """Run ``part`` (``synthetic``, ``real``, ``table`` or ``all``) and merge its figures into ``out``."""
     out = Path(out)
+    if part in ("table", "all"):
+        replay(table, out, dashboards, seeds=replay_seeds, study_budgets=study_budgets, eps=eps, log=log)
+        if part == "table":
+            return json.loads(out.read_text())
     result = json.loads(out.read_text()) if out.exists() else {}
     if isinstance(result.get("real_study"), str):  # the placeholder written before part (b) existed
         del result["real_study"]

@@ -1,0 +1,185 @@
+"""Searchers replayed on a table of learning curves: the study's accounting, each baseline's algorithm,
+the shuffled-proxy control, JF-HPO driven on a table, and the comparison's statistics."""
+
+import math
+
+import numpy as np
+import pytest
+
+from isosweep.experiments.hpo_replay import (
+    Curves,
+    Study,
+    bootstrap_median,
+    measured_fixed,
+    paired_test,
+    replay,
+    report_text,
+    run_asha,
+    run_hyperband,
+    summarize,
+)
+from isosweep.models.sizes import param_count
+
+LRS = [3e-6, 1e-5, 3e-5, 1e-4, 3e-4]
+KLS = [1e-3, 3e-2]
+SIZES = ["tiny-w64", "tiny-w128", "tiny-w256"]
+C = 16384
+
+
+def synthetic_table(seed=0, problems=128, samples=8, peak_shift=0.0):
+    """Pass rates rising with the budget towards an optimum in log lr at 1e-4 (proxies: at 1e-4 moved by
+    ``peak_shift`` decades per rung below the target), per-problem counts drawn binomially."""
+    rng = np.random.default_rng(seed)
+    cells = []
+    for rung, size in enumerate(SIZES):
+        for lr in LRS:
+            for kl in KLS:
+                for s in (0, 1):
+                    peak = -4 + peak_shift * (len(SIZES) - 1 - rung)
+                    quality = 0.35 * math.exp(-((math.log10(lr) - peak) ** 2) / 0.8) - (0.03 if kl > 0.01 else 0)
+                    curve = []
+                    for r in (0, C // 4, C // 2, C):
+                        p = 0.3 + quality * math.sqrt(r / C) + 0.01 * rng.standard_normal()
+                        counts = rng.binomial(samples, np.clip(p + 0.1 * rng.standard_normal(problems), 0, 1))
+                        curve.append({"rollouts": r, "counts": counts.tolist(), "samples": samples,
+                                      "wall_s": 5.0 + 100.0 * r / C})
+                    cells.append({"size": size, "config": {"algorithm.lr_ref": lr, "algorithm.kl_coef": kl},
+                                  "seed": s, "curve": curve, "run_wall_s": 105.0 * (rung + 1) / 3})
+    spec = {"name": "synthetic", "trial": "x.yaml", "budget": C, "sizes": SIZES, "seeds": [0, 1],
+            "grid": {"algorithm.lr_ref": LRS, "algorithm.kl_coef": KLS},
+            "default": {"algorithm.lr_ref": 1e-5, "algorithm.kl_coef": 1e-3}, "set": {}}
+    return {"name": "synthetic", "spec": spec, "cells": cells, "expected_cells": len(cells)}
+
+
+@pytest.fixture(scope="module")
+def table():
+    return synthetic_table()
+
+
+def test_true_values_are_the_seed_mean_at_the_target_and_full_budget(table):
+    curves = Curves(table)
+    key = "lr_ref=0.0001,kl_coef=0.001"
+    finals = [np.mean(c["curve"][-1]["counts"]) / 8 for c in table["cells"]
+              if c["size"] == "tiny-w256" and c["config"] == {"algorithm.lr_ref": 1e-4, "algorithm.kl_coef": 1e-3}]
+    assert curves.true[key] == pytest.approx(np.mean(finals))
+    assert curves.points == [C // 4, C // 2, C] and curves.best == max(curves.true.values())
+    assert max(curves.true, key=curves.true.get) in ("lr_ref=0.0001,kl_coef=0.001", "lr_ref=3e-05,kl_coef=0.001")
+
+
+def test_an_incomplete_table_is_refused_and_says_what_to_build(table):
+    partial = {**table, "cells": table["cells"][:-1]}
+    with pytest.raises(ValueError, match="59 of 60 curves: build the rest"):
+        Curves(partial)
+
+
+def test_a_promotion_is_charged_the_added_rollouts_only_and_a_study_cannot_overspend(table):
+    curves = Curves(table)
+    study = Study(curves, study_budget=1.0, fixed=0.05)
+    ratio = param_count("tiny-w128") / param_count("tiny-w256")
+    run, points = study.run("tiny-w128", curves.keys[0], C // 4, seed=0)
+    assert study.spent == pytest.approx(0.05 + 0.25 * ratio) and [r for r, _ in points] == [C // 4]
+    _, points = study.run("tiny-w128", curves.keys[0], C, run=run)
+    assert study.spent == pytest.approx(0.05 + ratio) and [r for r, _ in points] == [C // 2, C]
+    assert study.promotions == 1 and study.trials == 2 and study.by_size["tiny-w128"] == 1
+    with pytest.raises(ValueError, match="cannot pay"):
+        study.run("tiny-w256", curves.keys[0], C, seed=0)
+
+
+@pytest.mark.parametrize("method", ["random", "asha", "hyperband"])
+@pytest.mark.parametrize("budget", [1.5, 4.0, 8.0])
+def test_every_baseline_spends_within_its_budget_and_recommends_at_every_step(table, method, budget):
+    curves = Curves(table)
+    for seed in range(3):
+        result = replay(curves, method, budget, seed, fixed=0.05, eps=0.01)
+        assert result["spent"] <= budget + 1e-9 and result["trials"] >= 1
+        assert all(regret is not None and regret >= 0 for _, regret in result["trajectory"])
+        assert result["regret"] == curves.best - curves.true[result["recommended"]]
+        assert result["trajectory"][-1][1] == pytest.approx(result["regret"], abs=1e-5)
+
+
+def test_random_search_with_budget_for_every_configuration_many_times_finds_the_best(table):
+    curves = Curves(table)
+    for seed in range(3):
+        assert replay(curves, "random", 200.0, seed, fixed=0.0, eps=0.0)["regret"] == pytest.approx(0, abs=0.02)
+
+
+def test_asha_promotes_the_best_unpromoted_of_a_rungs_top_half_and_climbs_every_rung(table):
+    curves = Curves(table)
+    study = Study(curves, study_budget=0.25 * 3 + 0.25, fixed=0.0)  # room for 3 trials at C/4 and one step up
+    run_asha(curves, study, seed=0)
+    # two new trials, then the better of the two goes up a rung (the top half of 2), then a third new one
+    assert [run["done"] for run in study.runs] == [C // 2, C // 4, C // 4] or \
+        [run["done"] for run in study.runs] == [C // 4, C // 2, C // 4]
+    first, second = study.runs[0], study.runs[1]
+    value = lambda run: curves.value("tiny-w256", run["key"], run["seed"], C // 4)  # noqa: E731
+    assert (first if value(first) >= value(second) else second)["done"] == C // 2
+
+    study = Study(curves, study_budget=12.0, fixed=0.0)
+    run_asha(curves, study, seed=0)
+    reached = [sum(run["done"] >= point for run in study.runs) for point in curves.points]
+    assert reached[0] == len(study.runs) > reached[1] > reached[2] > 0
+    assert study.promotions == reached[1] + reached[2] and study.spent <= 12.0 + 1e-9
+    assert set(run["size"] for run in study.runs) == {"tiny-w256"}
+
+
+def test_hyperband_opens_with_its_largest_bracket_4_then_2_then_1(table):
+    curves = Curves(table)
+    study = Study(curves, study_budget=4 * 0.25 + 2 * 0.25 + 0.5, fixed=0.0)  # exactly the first bracket
+    run_hyperband(curves, study, seed=0)
+    done = sorted(run["done"] for run in study.runs)
+    assert done == [C // 4, C // 4, C // 2, C] and study.promotions == 3 and study.spent == pytest.approx(2.0)
+
+
+def test_the_shuffled_control_gives_every_proxy_curve_to_another_configuration_and_keeps_the_target(table):
+    plain, shuffled = Curves(table), Curves(table, shuffle_proxies=3)
+    for size in SIZES[:-1]:
+        moved = [shuffled.value(size, key, 0, C) == plain.value(size, key, 0, C) for key in plain.keys]
+        assert not any(moved)
+        assert sorted(shuffled.value(size, key, 0, C) for key in plain.keys) == sorted(
+            plain.value(size, key, 0, C) for key in plain.keys)
+    assert all(shuffled.value("tiny-w256", key, 1, C) == plain.value("tiny-w256", key, 1, C) for key in plain.keys)
+    assert shuffled.true == plain.true
+
+
+@pytest.mark.parametrize("method", ["jfhpo", "jfhpo-log"])
+def test_jfhpo_replayed_on_a_table_with_agreeing_proxies_uses_them_and_backs_its_pick_with_a_target_run(table, method):
+    curves = Curves(table)
+    result = replay(curves, method, 4.0, seed=0, fixed=0.05, eps=0.02)
+    assert result["spent"] <= 4.0 + 1e-9
+    assert result["by_size"]["tiny-w64"] + result["by_size"]["tiny-w128"] > 0 and result["by_size"]["tiny-w256"] >= 1
+    worst = curves.best - min(curves.true.values())
+    assert result["regret"] <= worst / 3, result
+    # the last trial ran the recommendation at the target, to the full budget
+    assert result["trajectory"][-1][1] == pytest.approx(result["regret"], abs=1e-5)
+
+
+def test_measured_fixed_cost_is_the_time_to_the_first_evaluation_over_a_whole_curve(table):
+    assert measured_fixed(table) == pytest.approx(5.0 / 105.0)
+
+
+def test_the_statistics_match_a_slow_reference():
+    rng = np.random.default_rng(0)
+    values = rng.exponential(size=25).tolist()
+    med, lo, hi = bootstrap_median(values, np.random.default_rng(1))
+    assert med == pytest.approx(sorted(values)[12]) and lo <= med <= hi
+    a, b = [0.0, 0.1, 0.0, 0.3, 0.2], [0.1, 0.1, 0.2, 0.0, 0.4]
+    test = paired_test(a, b)
+    assert (test["wins"], test["losses"], test["ties"]) == (3, 1, 1) and test["median_diff"] == pytest.approx(-0.1)
+    assert paired_test([0.1] * 4, [0.1] * 4)["p"] == 1.0
+    never = paired_test([math.inf, math.inf, 1.0, 2.0], [math.inf, 3.0, 2.0, 1.0])  # inf: never reached
+    assert (never["wins"], never["losses"], never["ties"]) == (1, 2, 1)
+
+
+def test_the_summary_and_report_name_every_method_and_every_pairing(table):
+    curves = Curves(table)
+    results = {m: [replay(curves, m, 2.0, s, fixed=0.05, eps=0.01) for s in range(4)]
+               for m in ("random", "asha", "hyperband")}
+    results["jfhpo"] = results["random"]  # the pairing logic only; JF-HPO itself is tested above
+    summary = summarize(results)
+    assert summary["jfhpo"]["vs_random"]["regret"]["ties"] == 4
+    assert summary["random"]["regret_median"] == pytest.approx(np.median([r["regret"] for r in results["random"]]))
+    text = report_text({"table": "synthetic", "target": "tiny-w256", "budget": C, "points": curves.points,
+                        "sizes": curves.params, "fixed": 0.05, "seeds": 4, "best": curves.best, "eps": 0.01,
+                        "best_configs": ["x"], "wall_ratios": {"tiny-w64": 0.3, "tiny-w256": 1.0},
+                        "studies": {"table@2x": {"summary": summary}}})
+    assert "## table@2x" in text and "| jfhpo vs hyperband |" in text and "| asha |" in text
