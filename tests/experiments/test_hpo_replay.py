@@ -183,3 +183,10 @@ def test_the_summary_and_report_name_every_method_and_every_pairing(table):
                         "best_configs": ["x"], "wall_ratios": {"tiny-w64": 0.3, "tiny-w256": 1.0},
                         "studies": {"table@2x": {"summary": summary}}})
     assert "## table@2x" in text and "| jfhpo vs hyperband |" in text and "| asha |" in text
+
+
+def test_the_eval_variance_is_the_per_problem_variance_over_the_problem_count(table):
+    cell = table["cells"][0]["curve"][-1]
+    rates = np.asarray(cell["counts"]) / 8
+    one = rates.var(ddof=1) / rates.size
+    assert Curves(table).eval_variance == pytest.approx(one, rel=0.5)  # a median over cells of the same spread

@@ -248,3 +248,25 @@ def test_on_a_log_size_scale_the_acquisition_charges_a_rung_its_parameters_and_t
                                          budget_step=1000), "y", "max", seed=0, time_attr="t")
     restored.restore(str(tmp_path / "state.json"))
     assert restored.space.size_scale == "log"
+
+
+def test_a_noise_floor_keeps_the_fitted_noise_at_or_above_the_measurements_own_variance():
+    from isosweep.hpo.searcher import JFHPOSearcher
+
+    space = SearchSpace(params=(Param("lr", 1e-6, 1e-4, log=True),), sizes={"a": 100, "b": 400},
+                        budget_min=1000, budget_max=4000, budget_step=1000)
+    rng = np.random.default_rng(0)
+
+    def fitted(floor):
+        s = JFHPOSearcher(space, "y", "max", seed=0, time_attr="t", noise_floor=floor)
+        for i in range(8):
+            s.suggest(f"t{i}")
+            lr = 10 ** (-6 + 2 * i / 7)
+            s.replace_live(f"t{i}", {"lr": lr, "model": "b", "budget": 4000})
+            s.on_trial_complete(f"t{i}", {"y": -(math.log10(lr) + 5) ** 2 + 0.001 * rng.standard_normal(), "t": 1.0})
+        gp = s.model()
+        Y = torch.tensor([[o.y] for o in s.observations], dtype=torch.double)
+        return float(gp.likelihood.noise) * float(Y.var())  # back in objective units
+
+    assert fitted(None) < 0.01  # a smooth function: the GP explains almost nothing as noise
+    assert fitted(0.04) >= 0.04 * 0.999  # told the measurements carry variance 0.04, it keeps at least that

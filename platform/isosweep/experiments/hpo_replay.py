@@ -32,7 +32,8 @@ only if what is left pays for it.
   each axis, in log space for log axes) and to the table's budgets (up to the next evaluation),
   every evaluation of a trial is reported to it (intermediate observations), its cost model
   is fitted to the nominal cost above (the units the study is charged in), the objective is the
-  gain over the size's base model, a proposal that repeats a configuration run at a smaller
+  gain over the size's base model, the GP's noise is floored at the evaluation's own variance (from
+  the table's per-problem counts), a proposal that repeats a configuration run at a smaller
   budget is a promotion, and one full target trial's worth of the budget is kept for the end,
   where its recommendation is run at the target (a recommendation backed by a full-fidelity run).
 
@@ -84,10 +85,14 @@ class Curves:
             raise ValueError(f"sizes {unknown} are not tiny sizes: give their parameter counts")
         self.params = {s: (params or {}).get(s) or param_count(s) for s in self.sizes}
         self._values: dict[tuple[str, str, int], dict[int, float]] = {}
+        variances = []
         for cell in table["cells"]:
-            curve = {int(p["rollouts"]): float(np.asarray(p["counts"], dtype=float).mean() / p["samples"])
-                     for p in cell["curve"]}
-            self._values[(cell["size"], config_key(cell["config"]), int(cell["seed"]))] = curve
+            rates = {int(p["rollouts"]): np.asarray(p["counts"], dtype=float) / p["samples"] for p in cell["curve"]}
+            self._values[(cell["size"], config_key(cell["config"]), int(cell["seed"]))] = {
+                r: float(v.mean()) for r, v in rates.items()}
+            variances += [float(v.var(ddof=1) / v.size) for v in rates.values() if v.size > 1]
+        self.eval_variance = statistics.median(variances) if variances else 0.0
+        """The variance of one evaluation's value from its finite eval set (median over the table)."""
         expected = len(self.sizes) * len(self.keys) * len(self.seeds)
         if len(self._values) < expected:
             raise ValueError(f"the table {table['name']!r} has {len(self._values)} of {expected} curves: "
@@ -303,6 +308,7 @@ def run_jfhpo(curves: Curves, study: Study, seed: int, options: dict[str, Any] |
     space = search_space(curves, size_scale)
     rng = np.random.default_rng([seed, 4])
     by_key = dict(zip(curves.keys, curves.configs))
+    options.setdefault("noise_floor", curves.eval_variance)
     searcher = JFHPOSearcher(space, metric="gain", mode="max", seed=seed, time_attr="nominal",
                              progress_key="rollouts", intermediate=len(curves.points), **options)
     target, budget = curves.target, curves.budget

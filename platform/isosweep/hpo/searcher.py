@@ -47,9 +47,13 @@ from botorch.acquisition.fixed_feature import FixedFeatureAcquisitionFunction
 from botorch.acquisition.utils import project_to_target_fidelity
 from botorch.fit import fit_gpytorch_mll
 from botorch.models import SingleTaskMultiFidelityGP
+from botorch.models.utils.gpytorch_modules import MIN_INFERRED_NOISE_LEVEL
 from botorch.optim import optimize_acqf, optimize_acqf_mixed
 from botorch.sampling import SobolQMCNormalSampler
+from gpytorch.constraints import GreaterThan
+from gpytorch.likelihoods import GaussianLikelihood
 from gpytorch.mlls import ExactMarginalLogLikelihood
+from gpytorch.priors import LogNormalPrior
 from ray.tune.search import Searcher
 from scipy.optimize import nnls
 from torch.quasirandom import SobolEngine
@@ -126,8 +130,9 @@ class CostAwareLogEI(AcquisitionFunction):
 
 def _is_hyperparameter(name: str) -> bool:
     """State-dict entries that are GP hyperparameters (not data-derived buffers such as the
-    outcome transform's means, which are recomputed from the training data)."""
-    return "outcome_transform" not in name and "input_transform" not in name
+    outcome transform's means, which are recomputed from the training data, or a constraint's
+    bounds: the noise floor moves with the data's variance)."""
+    return "outcome_transform" not in name and "input_transform" not in name and "_constraint" not in name
 
 
 class BaseSearcher(Searcher, abc.ABC):
@@ -421,14 +426,19 @@ class JFHPOSearcher(BaseSearcher):
     - ``intermediate=k`` also records up to ``k`` intermediate reports per trial as lower-budget
       observations (at evenly spaced fractions of its budget).
     - ``num_restarts``/``raw_samples`` size the acquisition optimisation per size rung.
+    - ``noise_floor``: the variance (in objective units) below which the GP may not explain an
+      observation as noise, e.g. the evaluation's own variance (``se**2`` of a value measured on a
+      finite eval set): the noise level is still fitted, but not below what the measurement is
+      known to have. ``None``: BoTorch's default (fitted, floor 1e-4 in standardised units).
     """
 
     def __init__(self, space: SearchSpace, metric: str | None = None, mode: str | None = "max", *,
                  n_init: int | None = None, num_restarts: int = 4, raw_samples: int = 128,
                  mc_samples: int = 128, intermediate: int = 0, cost_prior: tuple[float, float] = (0.1, 1.0),
                  optimize_incumbent: bool = False, fit_maxiter: int = 200, acq_maxiter: int = 100,
-                 **kwargs: Any) -> None:
+                 noise_floor: float | None = None, **kwargs: Any) -> None:
         super().__init__(space, metric, mode, **kwargs)
+        self.noise_floor = noise_floor
         self.n_init = max(2, n_init if n_init is not None else len(space.params) + 2)
         self.num_restarts, self.raw_samples, self.mc_samples = num_restarts, raw_samples, mc_samples
         self.intermediate = intermediate
@@ -442,7 +452,7 @@ class JFHPOSearcher(BaseSearcher):
         self._hyper_n = -1
 
     _STATE = (*BaseSearcher._STATE, "n_init", "_init_design", "cost_prior", "_hyper", "_hyper_start",
-              "_hyper_n")
+              "_hyper_n", "noise_floor")
 
     def _invalidate(self) -> None:
         self._model_cache = None
@@ -497,13 +507,17 @@ class JFHPOSearcher(BaseSearcher):
         with torch.random.fork_rng():
             torch.manual_seed(self._torch_seed(n))
             gp = SingleTaskMultiFidelityGP(X, Y, data_fidelities=[self.space.idx_s],
-                                           iteration_fidelity=self.space.idx_b)
+                                           iteration_fidelity=self.space.idx_b, likelihood=self._likelihood(Y))
             # Warm start from the previous fit: one more point rarely moves the optimum far, and a
             # capped L-BFGS run from there is several times cheaper than a cold one. Refitting the
             # same n (after a restore) starts from the same point as the first time.
             start = self._hyper_start if self._hyper_n == n else self._hyper
             if start is not None:
                 gp.load_state_dict(start, strict=False)
+                if self.noise_floor is not None:  # the floor moves with Y's variance: a warm start may sit below it
+                    noise = gp.likelihood.noise_covar
+                    with torch.no_grad():
+                        noise.raw_noise.clamp_(min=float(noise.raw_noise_constraint.lower_bound) * 1.0001)
             mll = ExactMarginalLogLikelihood(gp.likelihood, gp)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -516,6 +530,17 @@ class JFHPOSearcher(BaseSearcher):
         self._hyper_start, self._hyper_n = start, n
         self._model_cache = (n, gp)
         return gp
+
+    def _likelihood(self, Y: torch.Tensor):
+        """BoTorch's default likelihood, its noise floor raised to ``noise_floor`` (standardised as the
+        GP standardises Y); ``None`` without a floor."""
+        if self.noise_floor is None:
+            return None
+        variance = float(Y.var()) if Y.numel() > 1 else 0.0
+        floor = max(MIN_INFERRED_NOISE_LEVEL, self.noise_floor / variance if variance > 0 else 0.0)
+        prior = LogNormalPrior(loc=-4.0, scale=1.0)
+        return GaussianLikelihood(noise_prior=prior, noise_constraint=GreaterThan(
+            floor, transform=None, initial_value=max(float(prior.mode), 2 * floor)))
 
     def _bounds(self):
 
