@@ -190,3 +190,22 @@ def test_the_eval_variance_is_the_per_problem_variance_over_the_problem_count(ta
     rates = np.asarray(cell["counts"]) / 8
     one = rates.var(ddof=1) / rates.size
     assert Curves(table).eval_variance == pytest.approx(one, rel=0.5)  # a median over cells of the same spread
+
+
+def test_a_trial_that_collapses_below_its_base_model_stops_there_and_pays_only_what_it_trained():
+    table = synthetic_table()
+    for cell in table["cells"]:  # lr 3e-4 on the smallest size collapses: everything wrong after C/4
+        if cell["size"] == "tiny-w64" and cell["config"]["algorithm.lr_ref"] == 3e-4:
+            for point in cell["curve"][1:]:
+                point["counts"] = [0] * len(point["counts"])
+    curves = Curves(table)
+    key = "lr_ref=0.0003,kl_coef=0.001"
+    study = Study(curves, study_budget=1.0, fixed=0.0, collapse=0.05)
+    run, points = study.run("tiny-w64", key, C, seed=0)
+    assert run["stopped"] and run["done"] == C // 4 and [r for r, _ in points] == [C // 4] and study.stops == 1
+    assert study.spent == pytest.approx(0.25 * curves.ratio("tiny-w64"))
+    healthy = Study(curves, study_budget=1.0, fixed=0.0, collapse=0.05)
+    run, _ = healthy.run("tiny-w64", "lr_ref=0.0001,kl_coef=0.001", C, seed=0)
+    assert not run["stopped"] and run["done"] == C and healthy.stops == 0
+    result = replay(curves, "jfhpo", 2.0, seed=1, fixed=0.05, eps=0.02, collapse=0.05)
+    assert result["spent"] <= 2.0 + 1e-9 and result["stops"] >= 0

@@ -135,8 +135,10 @@ def derangement(n: int, rng: np.random.Generator) -> list[int]:
 class Study:
     """One replayed study: the spend, the runs (continuable), and the recommendation after each trial."""
 
-    def __init__(self, curves: Curves, study_budget: float, fixed: float) -> None:
+    def __init__(self, curves: Curves, study_budget: float, fixed: float, collapse: float | None = None) -> None:
         self.curves, self.study_budget, self.fixed = curves, float(study_budget), float(fixed)
+        self.collapse = collapse
+        self.stops = 0
         self.spent = 0.0
         self.runs: list[dict[str, Any]] = []  # {size, key, seed, done}
         self.trajectory: list[dict[str, Any]] = []
@@ -155,20 +157,32 @@ class Study:
 
     def run(self, size: str, key: str, upto: int, seed: int | None = None, run: dict[str, Any] | None = None,
             ) -> tuple[dict[str, Any], list[tuple[int, float]]]:
-        """Train a fresh trial (``seed``) or continue ``run`` to ``upto``; charge it; its new evaluations."""
+        """Train a fresh trial (``seed``) or continue ``run`` to ``upto``; charge it; its new evaluations.
+
+        A trial whose evaluation falls more than ``collapse`` below its size's base model stops there
+        (``run["stopped"]``) and is charged only the rollouts it trained; it is not continued again.
+        """
         cost = self.price(size, upto, run)
         if cost > self.left + 1e-12:
             raise ValueError("the study cannot pay for this trial")
         if run is None:
-            run = {"size": size, "key": key, "seed": seed, "done": 0}
+            run = {"size": size, "key": key, "seed": seed, "done": 0, "stopped": False}
             self.runs.append(run)
             self.by_size[size] += 1
+            self.spent += self.fixed
         else:
             self.promotions += 1
-        points = [(r, self.curves.value(size, key, run["seed"], r)) for r in self.curves.points
-                  if run["done"] < r <= upto]
+        points = []
+        for r in self.curves.points:
+            if run["done"] < r <= upto:
+                points.append((r, self.curves.value(size, key, run["seed"], r)))
+                if self.collapse is not None and points[-1][1] < self.curves.base[size] - self.collapse:
+                    run["stopped"] = True
+                    self.stops += 1
+                    upto = r
+                    break
+        self.spent += (upto - run["done"]) / self.curves.budget * self.curves.ratio(size)
         run["done"] = upto
-        self.spent += cost
         self.trials += 1
         return run, points
 
@@ -184,7 +198,7 @@ class Study:
                      None)
         return {"method": method, "recommended": final, "regret": None if final is None else self.curves.regret(final),
                 "compute_to_eps": reach, "spent": self.spent / unit, "trials": self.trials,
-                "promotions": self.promotions, "by_size": dict(self.by_size),
+                "promotions": self.promotions, "stops": self.stops, "by_size": dict(self.by_size),
                 "trajectory": [[round(p["spent"] / unit, 4), None if p["regret"] is None else round(p["regret"], 5)]
                                for p in self.trajectory]}
 
@@ -218,7 +232,8 @@ def run_asha(curves: Curves, study: Study, seed: int) -> None:
         job = None
         for k in reversed(range(len(points) - 1)):
             ranked = sorted(rungs[k], key=lambda entry: entry[0], reverse=True)
-            top = [entry for entry in ranked[:len(ranked) // ETA] if id(entry[1]) not in promoted[k]]
+            top = [entry for entry in ranked[:len(ranked) // ETA]
+                   if id(entry[1]) not in promoted[k] and not entry[1]["stopped"]]
             if top and study.price(target, points[k + 1], top[0][1]) <= study.left + 1e-12:
                 job = (k + 1, top[0][1])
                 break
@@ -231,8 +246,7 @@ def run_asha(curves: Curves, study: Study, seed: int) -> None:
                 break
             key = curves.keys[int(rng.integers(len(curves.keys)))]
             run, new = study.run(target, key, points[0], seed=int(rng.choice(curves.seeds)))
-            k = 0
-        rungs[k].append((new[-1][1], run))
+        rungs[points.index(run["done"])].append((new[-1][1], run))
         study.record(_best_of_highest_rung(rungs))
 
 
@@ -251,8 +265,9 @@ def run_hyperband(curves: Curves, study: Study, seed: int) -> None:
                 break
             key = curves.keys[int(rng.integers(len(curves.keys)))]
             run, new = study.run(target, key, points[level], seed=int(rng.choice(curves.seeds)))
-            alive.append((new[-1][1], run))
-            rungs[level].append(alive[-1])
+            rungs[points.index(run["done"])].append((new[-1][1], run))
+            if not run["stopped"]:
+                alive.append(rungs[points.index(run["done"])][-1])
             study.record(_best_of_highest_rung(rungs))
         while level < s_max and alive:
             keep = max(1, len(alive) // ETA)
@@ -263,8 +278,9 @@ def run_hyperband(curves: Curves, study: Study, seed: int) -> None:
                 if study.price(target, points[level], run) > study.left + 1e-12:
                     break
                 _, new = study.run(target, run["key"], points[level], run=run)
-                nxt.append((new[-1][1], run))
-                rungs[level].append(nxt[-1])
+                rungs[level].append((new[-1][1], run))
+                if not run["stopped"]:
+                    nxt.append(rungs[level][-1])
                 study.record(_best_of_highest_rung(rungs))
             alive = nxt
         bracket = s_max if bracket == 0 else bracket - 1
@@ -327,7 +343,7 @@ def run_jfhpo(curves: Curves, study: Study, seed: int, options: dict[str, Any] |
             searcher.on_trial_result(trial_id, {"gain": value - curves.base[size], "rollouts": rollouts})
         rollouts, value = new[-1]
         searcher.on_trial_complete(trial_id, {"gain": value - curves.base[size], "rollouts": rollouts,
-                                              "nominal": study.price(size, upto)})
+                                              "nominal": study.price(size, run["done"])})
         return run
 
     i = 0
@@ -337,8 +353,8 @@ def run_jfhpo(curves: Curves, study: Study, seed: int, options: dict[str, Any] |
         config = searcher.suggest(trial_id)
         size, key, upto = snap(curves, space, config)
         run = runs.get((size, key))
-        if run is not None and run["done"] >= upto:
-            run = None  # a repeat of what it has seen: a fresh trial, another training seed
+        if run is not None and (run["done"] >= upto or run["stopped"]):
+            run = None  # a repeat of what it has seen (or a stopped trial): a fresh trial, another training seed
         # cut what does not fit: the budget first, then the size
         while study.price(size, upto, run) > study.left - reserve + 1e-12:
             lower = [p for p in curves.points if p < upto and (run is None or p > run["done"])]
@@ -348,7 +364,7 @@ def run_jfhpo(curves: Curves, study: Study, seed: int, options: dict[str, Any] |
             elif smaller:
                 size, upto = smaller[-1], curves.points[-1]
                 run = runs.get((size, key))
-                if run is not None and run["done"] >= upto:
+                if run is not None and (run["done"] >= upto or run["stopped"]):
                     run = None
             else:
                 break
@@ -361,7 +377,7 @@ def run_jfhpo(curves: Curves, study: Study, seed: int, options: dict[str, Any] |
     key = recommended()
     if key is not None:
         run = runs.get((target, key))
-        if run is not None and run["done"] >= budget:
+        if run is not None and (run["done"] >= budget or run["stopped"]):
             run = None
         if study.price(target, budget, run) <= study.left + 1e-12:
             trial_id = f"t{i}"
@@ -374,9 +390,10 @@ RUNNERS: dict[str, Callable[..., None]] = {"random": run_random, "asha": run_ash
 
 
 def replay(curves: Curves, method: str, study_budget: float, seed: int, fixed: float, eps: float,
-           options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One study of ``method`` on ``curves`` with a budget of ``study_budget`` full target trials."""
-    study = Study(curves, study_budget * (1 + fixed), fixed)
+           options: dict[str, Any] | None = None, collapse: float | None = None) -> dict[str, Any]:
+    """One study of ``method`` on ``curves`` with a budget of ``study_budget`` full target trials (trials
+    that collapse by more than ``collapse`` below their base model stop there)."""
+    study = Study(curves, study_budget * (1 + fixed), fixed, collapse)
     if method.startswith("jfhpo"):
         run_jfhpo(curves, study, seed, options, size_scale="log" if method == "jfhpo-log" else "params")
     else:
@@ -424,6 +441,7 @@ def summarize(results: dict[str, list[dict[str, Any]]], seed: int = 0) -> dict[s
             "reached_eps": f"{sum(math.isfinite(v) for v in reach)}/{len(runs)}",
             "trials_mean": statistics.fmean(r["trials"] for r in runs),
             "promotions_mean": statistics.fmean(r["promotions"] for r in runs),
+            "stops_mean": statistics.fmean(r["stops"] for r in runs),
             "by_size_mean": {size: statistics.fmean(r["by_size"][size] for r in runs) for size in runs[0]["by_size"]},
         }
     for mine in [m for m in results if m.startswith("jfhpo")]:
@@ -442,12 +460,13 @@ def summarize(results: dict[str, list[dict[str, Any]]], seed: int = 0) -> dict[s
 
 def compare(table: dict[str, Any], study_budgets: list[float], seeds: list[int], eps: float, fixed: float,
             methods: tuple[str, ...] = METHODS, shuffled: bool = True, options: dict[str, Any] | None = None,
-            log: Callable[[str], None] = print) -> dict[str, Any]:
+            collapse: float | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Every method x study budget x searcher seed on the table (and on its shuffled-proxy control)."""
     curves = Curves(table)
     out: dict[str, Any] = {
         "table": table["name"], "target": curves.target, "sizes": {s: curves.params[s] for s in curves.sizes},
         "budget": curves.budget, "points": curves.points, "fixed": fixed, "eps": eps, "seeds": len(seeds),
+        "collapse": collapse, "eval_variance": curves.eval_variance,
         "true_values": curves.true, "best": curves.best, "best_configs": [k for k, v in curves.true.items()
                                                                           if curves.best - v <= eps],
         "studies": {},
@@ -459,7 +478,8 @@ def compare(table: dict[str, Any], study_budgets: list[float], seeds: list[int],
             for seed in seeds:
                 for method in methods:
                     replayed = Curves(table, shuffle_proxies=seed) if shuffle else curves
-                    results[method].append(replay(replayed, method, study_budget, seed, fixed, eps, options))
+                    results[method].append(replay(replayed, method, study_budget, seed, fixed, eps, options,
+                                                  collapse))
             name = f"{variant}@{study_budget:g}x"
             out["studies"][name] = {"study_budget": study_budget, "variant": variant,
                                     "summary": summarize(results), "runs": results}
@@ -539,22 +559,26 @@ def report_text(result: dict[str, Any]) -> str:
              f"the same seeds for every method. Regret: the best true value ({result['best']:.4f}, "
              f"{', '.join(result['best_configs'])} within eps) minus the true value of the final recommendation. "
              f"Compute to eps: full target trials spent when the recommendation first came within "
-             f"eps = {result['eps']} of the best (inf: never).", ""]
+             f"eps = {result['eps']} of the best (inf: never). "
+             + ("A trial stops where its evaluation falls more than "
+                f"{result['collapse']} below its size's base model (collapse stops). "
+                if result.get("collapse") is not None else "")
+             + "Trials, promotions, stops and trials per size are means over seeds.", ""]
     if result.get("wall_ratios"):
         lines += ["Wall time of a whole curve relative to the target's (nominal cost: parameters): "
                   + ", ".join(f"{s} {r:.2f} (nominal {result['sizes'][s] / result['sizes'][result['target']]:.3f})"
                               for s, r in result["wall_ratios"].items()), ""]
     for name, study in result["studies"].items():
         lines += [f"## {name}", "", "| method | median regret [95% CI] | mean regret | zero regret | within eps | "
-                  "median compute to eps [95% CI] | trials | promotions | trials per size |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "median compute to eps [95% CI] | trials | promotions | collapse stops | trials per size |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for method, row in study["summary"].items():
             lo, hi = row["compute_to_eps_ci95"]
             fmt = lambda v: "inf" if v is None else f"{v:.2f}"  # noqa: E731
             lines.append(f"| {method} | {row['regret_median']:.4f} [{row['regret_ci95'][0]:.4f}, "
                          f"{row['regret_ci95'][1]:.4f}] | {row['regret_mean']:.4f} | {row['zero_regret']} | "
                          f"{row['reached_eps']} | {fmt(row['compute_to_eps_median'])} [{fmt(lo)}, {fmt(hi)}] | "
-                         f"{row['trials_mean']:.1f} | {row['promotions_mean']:.1f} | "
+                         f"{row['trials_mean']:.1f} | {row['promotions_mean']:.1f} | {row['stops_mean']:.2f} | "
                          + ", ".join(f"{v:.1f}" for v in row["by_size_mean"].values()) + " |")
         lines += ["", "| JF-HPO vs | regret: median difference, wins/losses/ties, Wilcoxon p | "
                   "compute to eps: median difference, wins/losses/ties, p |", "| --- | --- | --- |"]
@@ -573,12 +597,13 @@ def report_text(result: dict[str, Any]) -> str:
 
 def run(table_path, out_json, dashboards, seeds: int = 20, study_budgets: tuple[float, ...] = (4.0, 8.0),
         eps: float = 0.01, fixed: float | None = None, methods: tuple[str, ...] = METHODS,
-        log: Callable[[str], None] = print) -> dict[str, Any]:
+        collapse: float | None = 0.05, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Replay every method on the table; write the summary into ``out_json`` (key ``table``) and the
     runs, tables and plots into ``dashboards``."""
     table = json.loads(Path(table_path).read_text())
     fixed = measured_fixed(table) if fixed is None else fixed
-    result = compare(table, list(study_budgets), list(range(seeds)), eps, fixed, methods=methods, log=log)
+    result = compare(table, list(study_budgets), list(range(seeds)), eps, fixed, methods=methods,
+                     collapse=collapse, log=log)
     result["wall_ratios"] = wall_ratios(table)
     dashboards = Path(dashboards)
     dashboards.mkdir(parents=True, exist_ok=True)
