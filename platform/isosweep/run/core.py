@@ -162,6 +162,11 @@ def tune_trial(config: dict) -> None:
             # study): its Ray Train job, if it had one, went down with it, as it should
             logger.catch_up()
             logger.finish("FINISHED")
+            if isinstance(err, SystemExit):
+                # Tune's way of ending a trial's thread (raised in its report): swallowed, the thread would
+                # go on to Tune's closing report and wait there for ever, and a reused trial process
+                # (in_process trials) would never take its next trial
+                raise
             return
         logger.finish("FAILED", reason=f"{type(err).__name__}: {err}")
         raise

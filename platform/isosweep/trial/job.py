@@ -44,6 +44,11 @@ RAY_ENV = {
     # Ray Train sends a worker's print both to its stdout and through the root logger, so every line of a
     # trial's log reached the driver twice; off, a print is a print.
     "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
+    # Tune gives a reused trial process 2 s for the previous trial's thread to end before it fails the next
+    # trial ("Trainable runner reuse requires reset_config() to be implemented and return True"). An
+    # in-process trial that an HPO study stopped early still closes its MLflow run and frees its engine
+    # after Tune ends it: more than 2 s on a busy machine. The wait ends as soon as the thread does.
+    "TUNE_FUNCTION_THREAD_TIMEOUT_S": "60",
 }
 
 
