@@ -81,11 +81,15 @@ def test_rehearsal_two_ray_nodes_run_the_submitted_smoke_sweep(mlflow_server):
     subprocess.run([RAY, "get-auth-token", "--generate"], env=env, check=True, capture_output=True, timeout=120)
     runs_dir = Path(tempfile.mkdtemp(prefix="isr-runs"))
     try:
+        # each node's dashboard agent on a port of its own: at Ray's fixed default (52365) the head's agent does
+        # not start if anything else holds that port (a Ray an earlier test left), and no job can be submitted
         subprocess.run([RAY, "start", "--head", f"--port={gcs}", "--num-cpus=1", "--include-dashboard=true",
                         "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", f"--temp-dir={head_tmp}",
-                        "--disable-usage-stats"], env=env, check=True, capture_output=True, timeout=300)
+                        f"--dashboard-agent-listen-port={free_port()}", "--disable-usage-stats"],
+                       env=env, check=True, capture_output=True, timeout=300)
         subprocess.run([RAY, "start", f"--address=127.0.0.1:{gcs}", "--num-cpus=2", f"--temp-dir={worker_tmp}",
-                        "--disable-usage-stats"], env=env, check=True, capture_output=True, timeout=300)
+                        f"--dashboard-agent-listen-port={free_port()}", "--disable-usage-stats"],
+                       env=env, check=True, capture_output=True, timeout=300)
         address = f"http://127.0.0.1:{dashboard}"
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:  # the second node registers with the head
