@@ -178,11 +178,21 @@ def test_the_summary_and_report_name_every_method_and_every_pairing(table):
     summary = summarize(results)
     assert summary["jfhpo"]["vs_random"]["regret"]["ties"] == 4
     assert summary["random"]["regret_median"] == pytest.approx(np.median([r["regret"] for r in results["random"]]))
-    text = report_text({"table": "synthetic", "target": "tiny-w256", "budget": C, "points": curves.points,
-                        "sizes": curves.params, "fixed": 0.05, "seeds": 4, "best": curves.best, "eps": 0.01,
-                        "best_configs": ["x"], "wall_ratios": {"tiny-w64": 0.3, "tiny-w256": 1.0},
-                        "studies": {"table@2x": {"summary": summary}}})
+    result = {"table": "synthetic", "target": "tiny-w256", "budget": C, "points": curves.points,
+              "sizes": curves.params, "fixed": 0.05, "seeds": 4, "best": curves.best, "eps": 0.01,
+              "best_configs": ["x"], "wall_ratios": {"tiny-w64": 0.3, "tiny-w256": 1.0},
+              "studies": {"table@2x": {"summary": summary}}}
+    text = report_text(result)
     assert "## table@2x" in text and "| jfhpo vs hyperband |" in text and "| asha |" in text
+    # the table's own signal check heads the report, and a failed precondition says the comparison is not fair
+    rule = "rho(tiny-w128, tiny-w256) >= 0.6"
+    check = {"complete": True, "checks": {"interior optimum": True, rule: False}, "rho": {"tiny-w128": 0.55},
+             "proxy_best": {"tiny-w128": "lr_ref=0.0001"}, "best": "lr_ref=0.0001"}
+    text = report_text({**result, "signal": check})
+    assert f"| {rule} | no |" in text and f"Not a fair test of searchers that use proxies: {rule} is not met" in text
+    assert "tiny-w128 0.55" in text and "Each proxy's best configuration: tiny-w128 lr_ref=0.0001" in text
+    met = report_text({**result, "signal": {**check, "checks": {"interior optimum": True, rule: True}}})
+    assert f"| {rule} | yes |" in met and "Not a fair test" not in met
 
 
 def test_the_eval_variance_is_the_per_problem_variance_over_the_problem_count(table):

@@ -125,9 +125,13 @@ def test_the_proxy_ranking_is_a_spearman_rho_over_configurations():
     target = {(lr, s): np.clip(base + shift, 0, 8) for lr, shift in ((1e-6, 0), (1e-5, 2), (1e-4, 1)) for s in (0, 1)}
     same = {(lr, s): np.clip(base + shift, 0, 8) for lr, shift in ((1e-6, 0), (1e-5, 3), (1e-4, 2)) for s in (0, 1)}
     reversed_ = {(lr, s): np.clip(base - shift, 0, 8) for lr, shift in ((1e-6, 0), (1e-5, 2), (1e-4, 1)) for s in (0, 1)}
-    assert signal(table({}, sizes={"p": same, "tiny-1m": target}))["rho"]["p"] == pytest.approx(1.0)
+    agreeing = signal(table({}, sizes={"p": same, "tiny-1m": target}))
+    assert agreeing["rho"]["p"] == pytest.approx(1.0) and agreeing["proxy_best"]["p"] == agreeing["best"]
+    assert f"rho(p, tiny-1m) = 1.00; p's best: {agreeing['best']}" in signal_text(
+        table({}, sizes={"p": same, "tiny-1m": target}))
     found = signal(table({}, sizes={"p": reversed_, "tiny-1m": target}))
     assert found["rho"]["p"] == pytest.approx(-1.0) and found["checks"]["rho(p, tiny-1m) >= 0.6"] is False
+    assert found["proxy_best"]["p"] == found["ranking"][-1]  # the proxy's best is the target's worst
     # a proxy not built yet is not a failed check: the verdict waits for it
     partial = table({}, sizes={"p": {key: same[key] for key in list(same)[:2]}, "tiny-1m": target})
     assert signal(partial)["checks"]["rho(p, tiny-1m) >= 0.6"] is None

@@ -62,7 +62,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import wilcoxon
 
-from isosweep.experiments.hpo_table import TableSpec, config_key, configs
+from isosweep.experiments.hpo_table import RHO_MIN, TableSpec, config_key, configs, signal
 from isosweep.hpo.space import Param, SearchSpace
 from isosweep.models.sizes import SIZES, param_count
 
@@ -564,6 +564,26 @@ def report_text(result: dict[str, Any]) -> str:
                 f"{result['collapse']} below its size's base model (collapse stops). "
                 if result.get("collapse") is not None else "")
              + "Trials, promotions, stops and trials per size are means over seeds.", ""]
+    check = result.get("signal")
+    if check and check.get("complete"):
+        failed = [name for name, met in check["checks"].items() if met is False]
+        pending = [name for name, met in check["checks"].items() if met is None]
+        lines += ["## Does this table have the signal a comparison needs?", "",
+                  "| precondition | met |", "| --- | --- |"]
+        lines += [f"| {name} | {'not yet' if met is None else 'yes' if met else 'no'} |"
+                  for name, met in check["checks"].items()]
+        lines += [""]
+        if check["rho"]:
+            lines += ["Spearman rho of each proxy's ranking of the configurations with the target's: "
+                      + ", ".join(f"{s} {r:.2f}" for s, r in check["rho"].items())
+                      + f" (the check asks >= {RHO_MIN:g}). Each proxy's best configuration: "
+                      + ", ".join(f"{s} {b}" for s, b in check["proxy_best"].items())
+                      + f"; the target's: {check['best']}.", ""]
+        if failed or pending:
+            lines += [f"**Not a fair test of searchers that use proxies: {', '.join(failed + pending)} "
+                      f"{'is' if len(failed + pending) == 1 else 'are'} not met.** What follows measures how "
+                      "each method does on this table as it is; it does not say how JF-HPO does where the "
+                      "proxies rank configurations the way the target does.", ""]
     if result.get("wall_ratios"):
         lines += ["Wall time of a whole curve relative to the target's (nominal cost: parameters): "
                   + ", ".join(f"{s} {r:.2f} (nominal {result['sizes'][s] / result['sizes'][result['target']]:.3f})"
@@ -605,6 +625,7 @@ def run(table_path, out_json, dashboards, seeds: int = 20, study_budgets: tuple[
     result = compare(table, list(study_budgets), list(range(seeds)), eps, fixed, methods=methods,
                      collapse=collapse, log=log)
     result["wall_ratios"] = wall_ratios(table)
+    result["signal"] = signal(table)
     dashboards = Path(dashboards)
     dashboards.mkdir(parents=True, exist_ok=True)
     (dashboards / "table_runs.json").write_text(json.dumps(

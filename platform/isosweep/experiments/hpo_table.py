@@ -300,13 +300,14 @@ def signal(table: dict) -> dict:
         "interior": not edges, "edge_axes": edges,
         "best_minus_default": {"diff": d_default[0], "se": d_default[1], "noise": d_default[2]},
         "best_minus_median": {"diff": d_median[0], "se": d_median[1], "noise": d_median[2]},
-        "rho": {},
+        "rho": {}, "proxy_best": {},
     }
     for size in spec.sizes[:-1]:
         at = cells.get(size, {})
         if len(at) == len(keys):
             proxy = [statistics.fmean(float(_rates(c).mean()) for c in at[key]) for key in keys]
             out["rho"][size] = spearman(proxy, [values[key] for key in keys])
+            out["proxy_best"][size] = keys[int(np.argmax(proxy))]
     ratio = lambda d: d["diff"] / d["se"] if d["se"] > 0 else (math.inf if d["diff"] > 0 else 0.0)  # noqa: E731
     out["checks"] = {
         "interior optimum": out["interior"],
@@ -345,7 +346,8 @@ def signal_text(table: dict) -> str:
     if found["edge_axes"]:
         lines.append(f"- the best sits at an edge of: {', '.join(found['edge_axes'])} (extend the grid that way)")
     for size, rho in found["rho"].items():
-        lines.append(f"- Spearman rho({size}, {found['target']}) = {rho:.2f}")
+        lines.append(f"- Spearman rho({size}, {found['target']}) = {rho:.2f}; {size}'s best: "
+                     f"{found['proxy_best'][size]}")
     if found["seeds"] < 2:
         lines.append("- one seed: the standard errors hold the eval noise only, not the seed-to-seed noise")
     lines += ["", "| precondition | met |", "| --- | --- |"]
