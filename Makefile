@@ -9,8 +9,9 @@
 #                                   the studies in dashboards/ -> dashboards/REPORT.md
 #   make bench                      isosweep vs TRL vs a plain loop, engine throughput, a trial's time split
 #                                   -> bench/results.json
-#   make hpo-bench [PART=table|synthetic|real|all]  JF-HPO vs random / ASHA / Hyperband replayed on the
-#                                   committed table of learning curves (minutes); the Hartmann test function
+#   make hpo-bench [PART=table|synthetic|real|all] [FORCE=1]  JF-HPO vs random / ASHA / Hyperband replayed on the
+#                                   committed table of learning curves (minutes; refused if the table fails its
+#                                   signal check, unless FORCE=1); the Hartmann test function
 #                                   (seconds); live tiny-family studies (about an hour) -> bench/hpo.json, dashboards/hpo-bench/
 #   make hpo-table [TABLE=sweeps/tables/hpo-table-pilot.yaml]  learning curves over an HPO grid, run in process, and
 #                                   whether they have signal -> dashboards/<name>/ (table.json, signal.md)
@@ -89,7 +90,7 @@ bench: $(STAMP)
 
 PART ?= table
 hpo-bench: $(STAMP)
-	$(BIN)/isosweep hpo-bench --part $(PART) --out bench/hpo.json $(if $(BUDGET),--budget $(BUDGET)) $(if $(STUDY_BUDGET),--study-budget $(STUDY_BUDGET))
+	$(BIN)/isosweep hpo-bench --part $(PART) --out bench/hpo.json $(if $(BUDGET),--budget $(BUDGET)) $(if $(STUDY_BUDGET),--study-budget $(STUDY_BUDGET)) $(if $(FORCE),--force)
 
 TABLE ?= sweeps/tables/hpo-table-pilot.yaml
 hpo-table: $(STAMP)

@@ -214,7 +214,7 @@ def _hpo_bench(args: argparse.Namespace) -> None:
     run(args.out, part=args.part, seeds=args.seeds, cost_budget=args.cost_budget, threshold=args.threshold,
         spec=args.spec, real_seeds=args.real_seeds, budget=args.budget, study_budget=args.study_budget,
         margins=tuple(args.margin or MARGINS), runs_root=Path(args.runs).expanduser(), table=args.table,
-        replay_seeds=args.replay_seeds, study_budgets=tuple(args.study_budgets), eps=args.eps)
+        replay_seeds=args.replay_seeds, study_budgets=tuple(args.study_budgets), eps=args.eps, force=args.force)
 
 
 def _hpo_table(args: argparse.Namespace) -> None:
@@ -398,6 +398,9 @@ def main(argv: list[str] | None = None) -> int:
     hpo.add_argument("--replay-seeds", type=int, default=20, help="(c) searcher seeds per method (default: 20)")
     hpo.add_argument("--study-budgets", type=float, nargs="+", default=[4.0, 8.0],
                      help="(c) study budgets in full target trials (default: 4 8)")
+    hpo.add_argument("--force", action="store_true",
+                     help="(c) replay a table that does not meet its signal check's preconditions (refused otherwise); "
+                          "its report says it is not a fair test")
     hpo.add_argument("--eps", type=float, default=0.01,
                      help="(c) a recommendation within eps of the best true value counts as found (default: 0.01)")
     hpo.add_argument("--out", default="bench/hpo.json", help="where to write the figures")

@@ -1,6 +1,7 @@
 """Searchers replayed on a table of learning curves: the study's accounting, each baseline's algorithm,
 the shuffled-proxy control, JF-HPO driven on a table, and the comparison's statistics."""
 
+import json
 import math
 
 import numpy as np
@@ -17,8 +18,11 @@ from isosweep.experiments.hpo_replay import (
     run_asha,
     run_hyperband,
     summarize,
+    unmet,
 )
+from isosweep.experiments.hpo_replay import run as run_replay
 from isosweep.models.sizes import param_count
+from isosweep.spec.yamlio import ConfigError
 
 LRS = [3e-6, 1e-5, 3e-5, 1e-4, 3e-4]
 KLS = [1e-3, 3e-2]
@@ -219,3 +223,18 @@ def test_a_trial_that_collapses_below_its_base_model_stops_there_and_pays_only_w
     assert not run["stopped"] and run["done"] == C and healthy.stops == 0
     result = replay(curves, "jfhpo", 2.0, seed=1, fixed=0.05, eps=0.02, collapse=0.05)
     assert result["spent"] <= 2.0 + 1e-9 and result["stops"] >= 0
+
+
+def test_a_table_whose_proxies_do_not_transfer_is_refused_and_force_replays_it_with_the_label(tmp_path):
+    # the proxies' optimum two decades lower per rung: they rank the learning rates unlike the target
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps(synthetic_table(peak_shift=-2.0)))
+    with pytest.raises(ConfigError, match=r"table.json: the table does not meet rho\(tiny-w128, tiny-w256\) >= 0.6"):
+        run_replay(path, tmp_path / "hpo.json", tmp_path / "dash", seeds=2, study_budgets=(2.0,), methods=("random",))
+    assert not (tmp_path / "hpo.json").exists() and not (tmp_path / "dash").exists()  # nothing written
+    found = run_replay(path, tmp_path / "hpo.json", tmp_path / "dash", seeds=2, study_budgets=(2.0,), methods=("random",),
+                force=True, log=lambda _: None)
+    assert unmet(found["signal"]) == ["rho(tiny-w128, tiny-w256) >= 0.6"]
+    report = (tmp_path / "dash" / "table.md").read_text()
+    assert "Not a fair test of searchers that use proxies: rho(tiny-w128, tiny-w256) >= 0.6 is not met" in report
+    assert json.loads((tmp_path / "hpo.json").read_text())["table"]["signal"]["rho"]["tiny-w128"] < 0.6

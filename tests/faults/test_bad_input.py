@@ -127,6 +127,9 @@ ELSEWHERE = {
     "a damaged line in metrics.jsonl": "tests/trial/test_files.py::test_a_damaged_line_in_the_middle_names_the_file_and_the_line",
     "HPO table file: bad key, default off the grid, a cell that is not a valid trial":
         "tests/experiments/test_hpo_table.py::test_a_bad_table_file_names_the_file_and_the_key",
+    "a searcher comparison on a table that fails its signal check":
+        "tests/experiments/test_hpo_replay.py::"
+        "test_a_table_whose_proxies_do_not_transfer_is_refused_and_force_replays_it_with_the_label",
 }
 """Kinds of bad input whose check needs more than a command line (named test of another module)."""
 

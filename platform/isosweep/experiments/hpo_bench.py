@@ -35,6 +35,7 @@ from isosweep.report.tables import fmt
 from isosweep.run.core import say
 from isosweep.run.hpo import run_hpo
 from isosweep.spec.hpo import load_hpo
+from isosweep.spec.yamlio import ConfigError
 
 METHODS = ("jfhpo", "random", "asha")
 MARGINS = (0.01, 0.02)  # thresholds: the target base model's eval + each margin
@@ -137,11 +138,20 @@ def run(out: str | Path, part: str = "all", seeds: int = 3, cost_budget: float =
         study_budget: str | None = None, margins: tuple[float, ...] = MARGINS, runs_root: str | Path = "runs/sweeps",
         table: str | Path = "dashboards/hpo-table-ladder/table.json", replay_seeds: int = 20,
         study_budgets: tuple[float, ...] = (4.0, 8.0), eps: float = 0.01, dashboards: str | Path = "dashboards/hpo-bench",
-        log: Callable[[str], None] = say) -> dict:
-    """Run ``part`` (``synthetic``, ``real``, ``table`` or ``all``) and merge its figures into ``out``."""
+        force: bool = False, log: Callable[[str], None] = say) -> dict:
+    """Run ``part`` (``synthetic``, ``real``, ``table`` or ``all``) and merge its figures into ``out``.
+
+    The table part refuses a table that does not meet its signal check (a ConfigError) unless ``force``;
+    with ``all`` it says so and the other parts run."""
     out = Path(out)
     if part in ("table", "all"):
-        replay(table, out, dashboards, seeds=replay_seeds, study_budgets=study_budgets, eps=eps, log=log)
+        try:
+            replay(table, out, dashboards, seeds=replay_seeds, study_budgets=study_budgets, eps=eps, force=force,
+                   log=log)
+        except ConfigError as err:
+            if part == "table":
+                raise
+            log(f"[hpo-bench] table part skipped: {err}")
         if part == "table":
             return json.loads(out.read_text())
     result = json.loads(out.read_text()) if out.exists() else {}

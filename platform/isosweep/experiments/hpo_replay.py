@@ -65,6 +65,7 @@ from scipy.stats import wilcoxon
 from isosweep.experiments.hpo_table import RHO_MIN, TableSpec, config_key, configs, signal
 from isosweep.hpo.space import Param, SearchSpace
 from isosweep.models.sizes import SIZES, param_count
+from isosweep.spec.yamlio import ConfigError
 
 METHODS = ("jfhpo", "jfhpo-log", "random", "asha", "hyperband")
 ETA = 2
@@ -615,12 +616,33 @@ def report_text(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def unmet(check: dict[str, Any]) -> list[str]:
+    """The preconditions a table's signal check (:func:`isosweep.experiments.hpo_table.signal`) does not
+    meet, or does not meet yet: a searcher comparison on such a table cannot say which method is better."""
+    if not check.get("complete"):
+        return [check.get("why", "the table is not complete")]
+    return [name for name, met in check["checks"].items() if not met]
+
+
 def run(table_path, out_json, dashboards, seeds: int = 20, study_budgets: tuple[float, ...] = (4.0, 8.0),
         eps: float = 0.01, fixed: float | None = None, methods: tuple[str, ...] = METHODS,
-        collapse: float | None = 0.05, log: Callable[[str], None] = print) -> dict[str, Any]:
+        collapse: float | None = 0.05, force: bool = False, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Replay every method on the table; write the summary into ``out_json`` (key ``table``) and the
-    runs, tables and plots into ``dashboards``."""
+    runs, tables and plots into ``dashboards``.
+
+    A table that does not meet its signal check's preconditions is refused (a ConfigError that names
+    them) unless ``force``: then the comparison runs and its report says that it is not a fair test.
+    """
     table = json.loads(Path(table_path).read_text())
+    missing = unmet(signal(table))
+    if missing and not force:
+        raise ConfigError(
+            f"{table_path}: the table does not meet {'; '.join(missing)} (its signal check: isosweep hpo-table), so "
+            "a comparison of searchers on it would not say which is better. Build a table that meets them, or "
+            "replay this one anyway with --force (FORCE=1 for make hpo-bench): its report then says it is not a "
+            "fair test")
+    if missing:
+        log(f"[hpo-replay] --force: replaying a table that does not meet {'; '.join(missing)}")
     fixed = measured_fixed(table) if fixed is None else fixed
     result = compare(table, list(study_budgets), list(range(seeds)), eps, fixed, methods=methods,
                      collapse=collapse, log=log)
