@@ -197,6 +197,8 @@ def test_the_summary_and_report_name_every_method_and_every_pairing(table):
     assert "tiny-w128 0.55" in text and "Each proxy's best configuration: tiny-w128 lr_ref=0.0001" in text
     met = report_text({**result, "signal": {**check, "checks": {"interior optimum": True, rule: True}}})
     assert f"| {rule} | yes |" in met and "Not a fair test" not in met
+    flat = report_text({**result, "signal": {**check, "checks": {"best - median >= 5 se": False, rule: True}}})
+    assert "Not a fair test of searchers: best - median >= 5 se is not met" in flat
 
 
 def test_the_eval_variance_is_the_per_problem_variance_over_the_problem_count(table):

@@ -581,10 +581,11 @@ def report_text(result: dict[str, Any]) -> str:
                       + ", ".join(f"{s} {b}" for s, b in check["proxy_best"].items())
                       + f"; the target's: {check['best']}.", ""]
         if failed or pending:
-            lines += [f"**Not a fair test of searchers that use proxies: {', '.join(failed + pending)} "
+            whom = "searchers that use proxies" if all(n.startswith("rho(") for n in failed + pending) else "searchers"
+            lines += [f"**Not a fair test of {whom}: {', '.join(failed + pending)} "
                       f"{'is' if len(failed + pending) == 1 else 'are'} not met.** What follows measures how "
-                      "each method does on this table as it is; it does not say how JF-HPO does where the "
-                      "proxies rank configurations the way the target does.", ""]
+                      "each method does on this table as it is, not which method is better where the "
+                      "preconditions hold.", ""]
     if result.get("wall_ratios"):
         lines += ["Wall time of a whole curve relative to the target's (nominal cost: parameters): "
                   + ", ".join(f"{s} {r:.2f} (nominal {result['sizes'][s] / result['sizes'][result['target']]:.3f})"
