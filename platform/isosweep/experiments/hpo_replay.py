@@ -567,8 +567,7 @@ def report_text(result: dict[str, Any]) -> str:
              + "Trials, promotions, stops and trials per size are means over seeds.", ""]
     check = result.get("signal")
     if check and check.get("complete"):
-        failed = [name for name, met in check["checks"].items() if met is False]
-        pending = [name for name, met in check["checks"].items() if met is None]
+        missing = unmet(check)
         lines += ["## Does this table have the signal a comparison needs?", "",
                   "| precondition | met |", "| --- | --- |"]
         lines += [f"| {name} | {'not yet' if met is None else 'yes' if met else 'no'} |"
@@ -580,10 +579,10 @@ def report_text(result: dict[str, Any]) -> str:
                       + f" (the check asks >= {RHO_MIN:g}). Each proxy's best configuration: "
                       + ", ".join(f"{s} {b}" for s, b in check["proxy_best"].items())
                       + f"; the target's: {check['best']}.", ""]
-        if failed or pending:
-            whom = "searchers that use proxies" if all(n.startswith("rho(") for n in failed + pending) else "searchers"
-            lines += [f"**Not a fair test of {whom}: {', '.join(failed + pending)} "
-                      f"{'is' if len(failed + pending) == 1 else 'are'} not met.** What follows measures how "
+        if missing:
+            whom = "searchers that use proxies" if all(n.startswith("rho(") for n in missing) else "searchers"
+            lines += [f"**Not a fair test of {whom}: {', '.join(missing)} "
+                      f"{'is' if len(missing) == 1 else 'are'} not met.** What follows measures how "
                       "each method does on this table as it is, not which method is better where the "
                       "preconditions hold.", ""]
     if result.get("wall_ratios"):
@@ -635,7 +634,8 @@ def run(table_path, out_json, dashboards, seeds: int = 20, study_budgets: tuple[
     them) unless ``force``: then the comparison runs and its report says that it is not a fair test.
     """
     table = json.loads(Path(table_path).read_text())
-    missing = unmet(signal(table))
+    check = signal(table)
+    missing = unmet(check)
     if missing and not force:
         raise ConfigError(
             f"{table_path}: the table does not meet {'; '.join(missing)} (its signal check: isosweep hpo-table), so "
@@ -648,7 +648,7 @@ def run(table_path, out_json, dashboards, seeds: int = 20, study_budgets: tuple[
     result = compare(table, list(study_budgets), list(range(seeds)), eps, fixed, methods=methods,
                      collapse=collapse, log=log)
     result["wall_ratios"] = wall_ratios(table)
-    result["signal"] = signal(table)
+    result["signal"] = check
     dashboards = Path(dashboards)
     dashboards.mkdir(parents=True, exist_ok=True)
     (dashboards / "table_runs.json").write_text(json.dumps(
