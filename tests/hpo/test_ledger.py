@@ -108,6 +108,22 @@ def test_jfhpo_keeps_one_full_trial_for_the_final_recommendation():
     assert ledger.next() == ("finished", None)
 
 
+def test_nothing_is_proposed_after_a_promoted_final_recommendation_that_cost_less_than_its_reserve():
+    s = study()
+    ledger = StudyLedger(s)
+    run(ledger, "t", s.target, 128, 0.5)  # the recommendation already ran at the target, at C / 4
+    ledger.spent = s.study_budget - s.cost(s.target, s.budget)  # what is left is the reserve
+    assert ledger.next() == ("final", None)
+    ledger.final_issued = True
+    ledger.add(TrialEntry(key="t-final", size=s.target, budget=s.budget, params=PARAMS, start_rollouts=128,
+                          promoted_from="t", final=True))
+    # the promotion commits only the added rollouts: room for a proxy opens, but the study only waits, then ends
+    assert ledger.left - s.cost("tiny-0.3m", s.space.budget_min) > 0
+    assert ledger.next() == ("wait", None)
+    ledger.complete("t-final", records(s.budget, 0.55), trained_to=s.budget, error=False, stop_rule=None, seconds=1.0)
+    assert ledger.next() == ("finished", None)
+
+
 def test_the_final_recommendation_waits_for_running_trials():
     s = study()
     ledger = StudyLedger(s)

@@ -113,6 +113,10 @@ class StudyLedger:
         if self.spent >= study.study_budget or len(self.trials) >= spec.max_trials:
             return wait, None
         if spec.search == "jfhpo":
+            if self.final_issued:
+                # the recommendation is final: a trial after it could not change it. A promoted final costs less than
+                # the full trial kept back for it, which would otherwise open room for one more proposal
+                return wait, None
             room = self.left - self.final_reserve
             if room >= study.cost(study.space.ladder[0][0], study.space.budget_min):
                 return "propose", room - spec.cost.per_trial * study.budget
