@@ -20,6 +20,9 @@ from isosweep.spec.trial import (
     resolve_prompt_format,
     resources_of,
     steps,
+    warmup_fraction,
+    warmup_steps,
+    width_scaled,
 )
 from isosweep.spec.yamlio import ConfigError
 
@@ -83,6 +86,34 @@ def test_width_ref_scales_the_learning_rate_by_width_and_needs_a_tiny_size(tmp_p
     (tmp_path / "model").mkdir()
     with pytest.raises(ConfigError, match="width_ref.*not one; allowed: a tiny size"):
         load_trial(path, [f"model.name={tmp_path / 'model'}", "algorithm.width_ref=128"])
+
+
+def test_the_warm_up_ramps_linearly_over_its_fraction_of_the_steps_and_none_is_the_full_rate(tmp_path):
+    path = write(tmp_path, "budget: 12800\nBp: 16\nn: 8\n")  # 100 steps
+    assert [warmup_fraction(load_trial(path), s) for s in (0, 1, 99)] == [1.0, 1.0, 1.0]  # default: none
+    for fraction, warm in ((0.1, 10), (0.25, 25), (0.005, 1), (0.333, 34)):
+        cfg = load_trial(path, [f"algorithm.lr_warmup={fraction}"])
+        assert warmup_steps(cfg) == warm
+        ramp = [warmup_fraction(cfg, s) for s in range(steps(cfg))]
+        assert ramp == [min(1.0, (s + 1) / warm) for s in range(100)]  # step s (from 0) takes (s + 1) / W
+        assert ramp[warm - 1] == 1.0 and (warm == 1 or ramp[warm - 2] < 1.0)
+        assert all(a <= b for a, b in zip(ramp, ramp[1:]))
+    with pytest.raises(ConfigError, match="lr_warmup"):
+        load_trial(path, ["algorithm.lr_warmup=1"])
+
+
+def test_hidden_width_scaling_takes_the_block_matrices_only(tmp_path):
+    cfg = load_trial(write(tmp_path, "budget: 20000\nmodel: {name: tiny-w64}\n"),
+                     ["algorithm.width_ref=128", "algorithm.width_scaling=hidden"])
+    assert math.isclose(learning_rate(cfg), 2 * cfg.algorithm.lr_ref)  # the block matrices' rate
+    assert width_scaled(cfg, "model.layers.0.mlp.up_proj.weight", 2)
+    assert width_scaled(cfg, "model.layers.3.self_attn.q_proj.weight", 2)
+    assert not width_scaled(cfg, "model.embed_tokens.weight", 2)  # tied to the output head
+    assert not width_scaled(cfg, "lm_head.weight", 2)
+    assert not width_scaled(cfg, "model.layers.0.self_attn.q_proj.bias", 1)
+    assert not width_scaled(cfg, "model.norm.weight", 1)
+    every = cfg.model_copy(update={"algorithm": cfg.algorithm.model_copy(update={"width_scaling": "all"})})
+    assert width_scaled(every, "model.embed_tokens.weight", 2) and width_scaled(every, "model.norm.weight", 1)
 
 
 def test_config_is_frozen(tmp_path):

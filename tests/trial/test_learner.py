@@ -69,3 +69,37 @@ def test_a_cpu_learner_compiles_nothing_on_a_fresh_machine(tmp_path, group_first
     assert done.returncode == 0, done.stderr[-3000:]
     assert "shm op: None" in done.stdout
     assert not (extensions.exists() and any(extensions.rglob("*shm*"))), sorted(extensions.rglob("*"))
+
+
+@pytest.mark.parametrize("scaling", ["all", "hidden"])
+def test_each_parameter_steps_at_its_groups_rate_with_the_warm_up(scaling):
+    """Reference: Adam's first step moves every weight by ``lr * g / (|g| + eps)``, so a parameter's largest
+    move is its rate. Under ``hidden`` scaling the block matrices of a width-64 model take twice ``lr_ref``
+    (width_ref 128) and the embedding, norms and biases take ``lr_ref``; under ``all`` everything takes twice;
+    the first step of a 2-step warm-up takes half of either."""
+    from transformers import Qwen2ForCausalLM
+
+    from isosweep.models.family import qwen2_config
+    from isosweep.trial.learner import schedule_rate
+
+    cfg = load_trial(EASY, ["model.name=tiny-w64", "budget=2048", "Bp=16", "n=8", "algorithm.lr_ref=1e-3",
+                            "algorithm.width_ref=128", f"algorithm.width_scaling={scaling}", "algorithm.lr_warmup=0.1"])
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(qwen2_config("tiny-w64", 22, 0, 1))
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    init_distributed("gloo")
+    engine = make_learner(model, cfg, gpu=False)
+    assert schedule_rate(engine, cfg, 0) == pytest.approx(0.5 * 2e-3)  # warm-up of ceil(0.1 * 16) = 2 steps
+    engine.backward(engine(input_ids=torch.randint(2, 22, (4, 12))).logits.pow(2).mean())
+    engine.step()
+    moved = {name: float((p.detach() - before[name]).abs().max()) for name, p in engine.module.named_parameters()}
+    for name, move in moved.items():
+        if name.endswith("k_proj.bias"):  # softmax ignores a shift shared by all keys: its gradient is rounding noise
+            continue
+        block_matrix = ".layers." in name and name.endswith("proj.weight")
+        rate = 0.5 * (2e-3 if scaling == "all" or block_matrix else 1e-3)
+        assert move == pytest.approx(rate, rel=1e-3), name
+    assert schedule_rate(engine, cfg, 1) == pytest.approx(2e-3)  # the warm-up's last step: the full rate
+    dist.destroy_process_group()
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT"):
+        os.environ.pop(key, None)

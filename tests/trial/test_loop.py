@@ -18,7 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from isosweep.algo.estimators import best_at_k, mean_at_k, worst_at_k
 from isosweep.rollout import vllm_available
 from isosweep.rollout.hf import HFEngine
-from isosweep.spec.trial import load_trial, task_of
+from isosweep.spec.trial import learning_rate, load_trial, task_of
 from isosweep.tasks import Problem
 from isosweep.track.curves import COUNTS_KEY, EVAL_SET_KEY, SAMPLES_KEY
 from isosweep.trial.files import CHECKPOINTS, METRICS_FILE, STEPS_FILE, DiskFull, TrialDir
@@ -78,6 +78,14 @@ def test_short_trial_writes_metrics_and_checkpoints(base_model, tmp_path):
     latest = tmp_path / CHECKPOINTS / "step-000008"
     assert (latest / "model.safetensors").exists()
     AutoModelForCausalLM.from_pretrained(latest)  # a checkpoint is a model directory
+
+
+def test_the_warm_up_sets_each_steps_rate_and_the_steps_file_shows_it(base_model, tmp_path):
+    cfg = load_trial(EASY, ["budget=256", "Bp=8", "n=4", "eval.every=8", "task.eval_problems=16", "rollout.engine=hf",
+                            "algorithm.lr_warmup=0.5"])  # 8 steps, a warm-up of 4
+    train_loop(cfg, tmp_path, log=lambda _: None)
+    rates = [row["train/lr"] for row in TrialDir(tmp_path).steps()]
+    assert rates == pytest.approx([learning_rate(cfg) * f for f in (0.25, 0.5, 0.75, 1, 1, 1, 1, 1)], rel=1e-12)
 
 
 def _trial_command(out: Path, extra: list[str]) -> list[str]:

@@ -171,6 +171,16 @@ class AlgorithmConfig(Section):
     """If set, ``lr_ref`` is the rate at this model width and the learning rate also scales by
     ``width_ref / width`` (tiny sizes only): one ``lr_ref`` then means the same for every width of a ladder,
     as the warm-up's rate does. Unset (default): no width scaling."""
+    width_scaling: Literal["all", "hidden"] = "all"
+    """Which parameters the ``width_ref / width`` factor applies to: ``all`` (every parameter, the default) or
+    ``hidden`` (muP-style for Adam: only the weight matrices inside the blocks -- attention and MLP
+    projections -- whose fan-in is the width; the token embedding, tied to the output head, and the
+    norms and biases keep ``lr_ref``'s batch-scaled rate at every width). Without ``width_ref`` it changes nothing."""
+    lr_warmup: float = Field(0.0, ge=0, lt=1)
+    """Linear warm-up of the RL learning rate over this fraction of the trial's steps: step ``s`` (from 0)
+    takes ``lr * min(1, (s + 1) / W)`` with ``W = ceil(lr_warmup * M)`` steps, then the full rate to the end.
+    0 (the default): the full rate from the first step. A step's rate depends only on its index, so a
+    resumed trial continues the same schedule."""
     clip_low: float = Field(0.2, gt=0, lt=1)
     """PPO ratio clip below 1: ratios under ``1 - clip_low`` are clipped."""
     clip_high: float = Field(0.28, gt=0)
@@ -321,11 +331,36 @@ def eval_steps(cfg: TrialConfig) -> list[int]:
 
 def learning_rate(cfg: TrialConfig) -> float:
     """Square-root batch scaling, ``lr_ref * sqrt(Bp * n / batch_ref)``, times ``width_ref / width`` if
-    ``algorithm.width_ref`` is set."""
-    lr = cfg.algorithm.lr_ref * math.sqrt(cfg.Bp * cfg.n / cfg.algorithm.batch_ref)
-    if cfg.algorithm.width_ref is not None:
-        lr *= cfg.algorithm.width_ref / SIZES[cfg.model.name].hidden
-    return lr
+    ``algorithm.width_ref`` is set: the rate of the parameters the width factor applies to (all of them
+    unless ``algorithm.width_scaling`` is ``hidden``; the others take the rate without the factor)."""
+    return cfg.algorithm.lr_ref * math.sqrt(cfg.Bp * cfg.n / cfg.algorithm.batch_ref) * width_factor(cfg)
+
+
+def width_factor(cfg: TrialConfig) -> float:
+    """``width_ref / width`` of a tiny size when ``algorithm.width_ref`` is set, else 1."""
+    if cfg.algorithm.width_ref is None:
+        return 1.0
+    return cfg.algorithm.width_ref / SIZES[cfg.model.name].hidden
+
+
+def width_scaled(cfg: TrialConfig, name: str, param_dims: int) -> bool:
+    """Whether the parameter ``name`` (of ``param_dims`` dimensions) takes the width factor: every parameter
+    under ``width_scaling: all``; under ``hidden``, the block matrices (2-D, not the token embedding)."""
+    if cfg.algorithm.width_scaling == "all":
+        return True
+    return param_dims == 2 and "embed" not in name and "lm_head" not in name
+
+
+def warmup_steps(cfg: TrialConfig) -> int:
+    """Steps of the RL learning rate's linear warm-up (``algorithm.lr_warmup`` of the trial's steps; 0: none)."""
+    return math.ceil(cfg.algorithm.lr_warmup * steps(cfg))
+
+
+def warmup_fraction(cfg: TrialConfig, step: int) -> float:
+    """The fraction of the full rate that optimizer step ``step`` (0-based) takes: ``min(1, (step + 1) / W)``
+    during a warm-up of ``W`` steps (:func:`warmup_steps`), 1 without one."""
+    warm = warmup_steps(cfg)
+    return min(1.0, (step + 1) / warm) if warm else 1.0
 
 
 def engine_choice(cfg: TrialConfig) -> tuple[str, str]:

@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch.distributed.distributed_c10d import _world
 
 from isosweep.spec.profiles import deepspeed_overrides, get_profile
-from isosweep.spec.trial import TrialConfig, learning_rate
+from isosweep.spec.trial import TrialConfig, learning_rate, warmup_fraction, width_factor, width_scaled
 
 LAUNCHER_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 """The variables a launcher (Ray Train, torchrun) gives each worker, and :func:`init_distributed` sets for a world of one."""
@@ -121,15 +121,36 @@ def deepspeed_config(cfg: TrialConfig, gpu: bool) -> dict:
     }
 
 
+def param_groups(policy: torch.nn.Module, cfg: TrialConfig) -> list[dict]:
+    """The optimizer's parameter groups, each with its full rate: one group at :func:`learning_rate`, or
+    under ``algorithm.width_scaling: hidden`` a second group, the parameters the width factor skips, at
+    that rate without the factor. Empty groups are left out; the order is fixed (scaled, then unscaled)."""
+    full = learning_rate(cfg)
+    scaled, unscaled = [], []
+    for name, param in policy.named_parameters():
+        (scaled if width_scaled(cfg, name, param.dim()) else unscaled).append(param)
+    groups = [{"params": scaled, "lr": full}, {"params": unscaled, "lr": full / width_factor(cfg)}]
+    return [group for group in groups if group["params"]]
+
+
 def make_learner(policy: torch.nn.Module, cfg: TrialConfig, gpu: bool):
     """Wrap ``policy`` in a DeepSpeed engine with AdamW at the square-root-scaled learning rate."""
     if not gpu:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     import deepspeed
 
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=learning_rate(cfg), betas=(0.9, 0.99), weight_decay=0.0)
+    optimizer = torch.optim.AdamW(param_groups(policy, cfg), lr=learning_rate(cfg), betas=(0.9, 0.99), weight_decay=0.0)
     engine, *_ = deepspeed.initialize(model=policy, optimizer=optimizer, config=deepspeed_config(cfg, gpu))
     return engine
+
+
+def schedule_rate(engine, cfg: TrialConfig, step: int) -> float:
+    """Set every parameter group's rate for optimizer step ``step`` (its full rate times the warm-up's
+    fraction, :func:`warmup_fraction`) and return the rate of the width-scaled group (:func:`learning_rate`'s)."""
+    fraction = warmup_fraction(cfg, step)
+    for group, full in zip(engine.optimizer.param_groups, param_groups(engine.module, cfg), strict=True):
+        group["lr"] = full["lr"] * fraction  # from the config, not the group: a restored state keeps its own keys
+    return learning_rate(cfg) * fraction
 
 
 def gathered_state_dict(engine) -> dict[str, torch.Tensor]:

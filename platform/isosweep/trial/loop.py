@@ -73,7 +73,14 @@ from isosweep.spec.yamlio import ConfigError
 from isosweep.tasks import Problem, Task
 from isosweep.track.curves import COUNTS_KEY, EVAL_SET_KEY, SAMPLES_KEY
 from isosweep.trial.files import TrialDir, disk_full, kill_point, out_of_space
-from isosweep.trial.learner import gathered_state_dict, init_distributed, load_state, make_learner, save_state
+from isosweep.trial.learner import (
+    gathered_state_dict,
+    init_distributed,
+    load_state,
+    make_learner,
+    save_state,
+    schedule_rate,
+)
 
 PROBE_POOL, PROBE_SAMPLES = 1024, 8
 """Pool size and samples per problem when a non-tiny model's problem sets must be probed."""
@@ -362,6 +369,7 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
             logp, old_logp, advantages, mask, cfg.algorithm.clip_low, cfg.algorithm.clip_high,
             kl_coef=kl_weight, ref_logp=ref_logp, entropy_coef=entropy_weight, entropy=entropy, weights=weights)
         learner.backward(loss)
+        rate = schedule_rate(learner, cfg, step)
         learner.step()
         grad_norm = learner.get_global_grad_norm()
         t4 = time.perf_counter()
@@ -385,7 +393,7 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
             **{f"mismatch/{key}": float(value) for key, value in mismatch.items()},
             **{f"ais/{key}": float(value) for key, value in ais_stats.items()},
         }, world)
-        stats.update({"train/grad_norm": float(grad_norm or 0.0), "rollout/policy_version": rollouts.policy_version,
+        stats.update({"train/grad_norm": float(grad_norm or 0.0), "train/lr": rate, "rollout/policy_version": rollouts.policy_version,
                       "time/generate_s": t1 - t0, "time/reward_s": t2 - t1, "time/logprob_s": t3 - t2,
                       "time/train_s": t4 - t3, "time/sync_s": t5 - t4, "time/step_s": time.perf_counter() - t_step})
         tokens += int(round(stats["rollout/tokens"] * world))
