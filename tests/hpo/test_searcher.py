@@ -270,3 +270,54 @@ def test_a_noise_floor_keeps_the_fitted_noise_at_or_above_the_measurements_own_v
 
     assert fitted(None) < 0.01  # a smooth function: the GP explains almost nothing as noise
     assert fitted(0.04) >= 0.04 * 0.999  # told the measurements carry variance 0.04, it keeps at least that
+
+
+def grid_candidates(sp: SearchSpace) -> list[dict]:
+    return [{"lr": lr, "clip_high": clip, sp.size_key: size, sp.budget_key: budget}
+            for lr in (1e-6, 1e-5, 1e-4) for clip in (0.1, 0.25, 0.4) for size in SIZES for budget in (2500, 5000, 10000)]
+
+
+def test_with_candidates_each_proposal_is_the_candidate_of_highest_acquisition():
+    """Reference: the acquisition evaluated on every candidate by hand; the proposal is its argmax."""
+    sp = space()
+    s = searcher(candidates=grid_candidates(sp))
+    run(s, 6)  # the 4-point design, then 2 proposals from the candidates
+    units = {tuple(round(u, 9) for u in sp.to_unit(c)) for c in grid_candidates(sp)}
+    for i in range(3):
+        acq = s.acquisition(s.model(), None)
+        with torch.no_grad():
+            scores = acq(torch.tensor(sorted(units), dtype=torch.double).unsqueeze(1))
+        best = sorted(units)[int(scores.argmax())]
+        x = s.space.to_unit(s.suggest(f"c{i}"))
+        assert tuple(round(u, 9) for u in x) == best
+        s.on_trial_complete(f"c{i}", {"score": objective(x), "time_total_s": seconds(x)})
+    with pytest.raises(ValueError, match="empty"):
+        searcher(candidates=[])
+
+
+def test_refit_every_k_fits_the_gp_only_every_k_observations_and_a_restore_decides_as_the_first_time(
+        tmp_path, monkeypatch):
+    import isosweep.hpo.searcher as module
+
+    fits = []
+    real_fit = module.fit_gpytorch_mll
+    monkeypatch.setattr(module, "fit_gpytorch_mll", lambda mll, **kw: fits.append(1) or real_fit(mll, **kw))
+    every = searcher()
+    run(every, 9)
+    assert len(fits) == 5  # the 4-point design needs no model; then one fit per model, n = 4..8 observations
+    fits.clear()
+    s = searcher(refit_every=3)
+    run(s, 9)
+    assert len(fits) == 2  # n = 4 (the first fit) and 7; n = 5, 6 and 8 condition the last fit on their data
+    s.recommend()  # a model at n = 9, two observations after the last fit: none
+    assert len(fits) == 2 and s._fit_n == 7 and s._hyper_n == 9
+    path = tmp_path / "searcher.json"
+    s.save(str(path))
+    expected = s.suggest("next")  # the cached model of n = 9
+    restored = searcher(seed=999)
+    restored.restore(str(path))
+    fits.clear()
+    assert restored.suggest("next") == expected  # rebuilt at n = 9 without a fit, as the first time
+    assert fits == []
+    with pytest.raises(ValueError, match="refit_every=0"):
+        searcher(refit_every=0)

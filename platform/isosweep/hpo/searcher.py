@@ -48,7 +48,7 @@ from botorch.acquisition.utils import project_to_target_fidelity
 from botorch.fit import fit_gpytorch_mll
 from botorch.models import SingleTaskMultiFidelityGP
 from botorch.models.utils.gpytorch_modules import MIN_INFERRED_NOISE_LEVEL
-from botorch.optim import optimize_acqf, optimize_acqf_mixed
+from botorch.optim import optimize_acqf, optimize_acqf_discrete, optimize_acqf_mixed
 from botorch.sampling import SobolQMCNormalSampler
 from gpytorch.constraints import GreaterThan
 from gpytorch.likelihoods import GaussianLikelihood
@@ -430,15 +430,30 @@ class JFHPOSearcher(BaseSearcher):
       observation as noise, e.g. the evaluation's own variance (``se**2`` of a value measured on a
       finite eval set): the noise level is still fitted, but not below what the measurement is
       known to have. ``None``: BoTorch's default (fitted, floor 1e-4 in standardised units).
+    - ``candidates``: configs (every hyperparameter, ``size_key`` and ``budget_key``) that proposals
+      are chosen from, the acquisition evaluated on each (``optimize_acqf_discrete``), in place of
+      optimising it over the continuous space (``optimize_acqf_mixed``, one rung per size). For a space
+      that is a grid anyway -- a tabular benchmark, whose off-grid proposals would be snapped to it.
+    - ``refit_every=k``: fit the GP's hyperparameters when at least ``k`` observations have arrived since
+      the last fit, and in between condition the last fitted hyperparameters on the new data (1, the
+      default: a fit for every new observation). The fit is most of a proposal's time once the
+      acquisition is cheap; one more point rarely moves the hyperparameters far.
     """
 
     def __init__(self, space: SearchSpace, metric: str | None = None, mode: str | None = "max", *,
                  n_init: int | None = None, num_restarts: int = 4, raw_samples: int = 128,
                  mc_samples: int = 128, intermediate: int = 0, cost_prior: tuple[float, float] = (0.1, 1.0),
                  optimize_incumbent: bool = False, fit_maxiter: int = 200, acq_maxiter: int = 100,
-                 noise_floor: float | None = None, **kwargs: Any) -> None:
+                 noise_floor: float | None = None, candidates: list[Mapping[str, Any]] | None = None,
+                 refit_every: int = 1, **kwargs: Any) -> None:
         super().__init__(space, metric, mode, **kwargs)
         self.noise_floor = noise_floor
+        if candidates is not None and not candidates:
+            raise ValueError("candidates: an empty list leaves nothing to propose (None: the continuous space)")
+        self._candidates = None if candidates is None else [space.to_unit(c) for c in candidates]
+        if refit_every < 1:
+            raise ValueError(f"refit_every={refit_every}: must be at least 1 (1: a fit for every new observation)")
+        self.refit_every, self._fit_n = int(refit_every), -1
         self.n_init = max(2, n_init if n_init is not None else len(space.params) + 2)
         self.num_restarts, self.raw_samples, self.mc_samples = num_restarts, raw_samples, mc_samples
         self.intermediate = intermediate
@@ -452,7 +467,7 @@ class JFHPOSearcher(BaseSearcher):
         self._hyper_n = -1
 
     _STATE = (*BaseSearcher._STATE, "n_init", "_init_design", "cost_prior", "_hyper", "_hyper_start",
-              "_hyper_n", "noise_floor")
+              "_hyper_n", "noise_floor", "_candidates", "refit_every", "_fit_n")
 
     def _invalidate(self) -> None:
         self._model_cache = None
@@ -518,13 +533,19 @@ class JFHPOSearcher(BaseSearcher):
                     noise = gp.likelihood.noise_covar
                     with torch.no_grad():
                         noise.raw_noise.clamp_(min=float(noise.raw_noise_constraint.lower_bound) * 1.0001)
-            mll = ExactMarginalLogLikelihood(gp.likelihood, gp)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                try:
-                    fit_gpytorch_mll(mll, optimizer_kwargs={"options": {"maxiter": self.fit_maxiter}})
-                except Exception:  # noqa: BLE001 - a GP at its prior/previous hyperparameters is still usable
-                    pass
+            if self._hyper_n == n:  # the same n again (after a restore): fit, or not, as the first time
+                fit = self._fit_n == n
+            else:
+                fit = start is None or n - self._fit_n >= self.refit_every
+            if fit:
+                mll = ExactMarginalLogLikelihood(gp.likelihood, gp)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    try:
+                        fit_gpytorch_mll(mll, optimizer_kwargs={"options": {"maxiter": self.fit_maxiter}})
+                    except Exception:  # noqa: BLE001 - a GP at its prior/previous hyperparameters is still usable
+                        pass
+                self._fit_n = n
         gp.eval()
         self._hyper = {k: v.detach().clone() for k, v in gp.state_dict().items() if _is_hyperparameter(k)}
         self._hyper_start, self._hyper_n = start, n
@@ -605,6 +626,10 @@ class JFHPOSearcher(BaseSearcher):
         with torch.random.fork_rng(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.manual_seed(step_seed)
+            if self._candidates is not None:
+                choices = torch.tensor(self._candidates, dtype=torch.double)
+                cand, _ = optimize_acqf_discrete(acq, q=1, choices=choices, unique=False)
+                return cand.squeeze(0).tolist()
             cand, _ = optimize_acqf_mixed(acq, bounds=self._bounds(), q=1, num_restarts=self.num_restarts,
                                           raw_samples=self.raw_samples,
                                           fixed_features_list=[{self.space.idx_s: s}
