@@ -214,7 +214,8 @@ def _hpo_bench(args: argparse.Namespace) -> None:
     run(args.out, part=args.part, seeds=args.seeds, cost_budget=args.cost_budget, threshold=args.threshold,
         spec=args.spec, real_seeds=args.real_seeds, budget=args.budget, study_budget=args.study_budget,
         margins=tuple(args.margin or MARGINS), runs_root=Path(args.runs).expanduser(), table=args.table,
-        replay_seeds=args.replay_seeds, study_budgets=tuple(args.study_budgets), eps=args.eps, force=args.force)
+        replay_seeds=args.replay_seeds, study_budgets=tuple(args.study_budgets), eps=args.eps, force=args.force,
+        jobs=args.jobs)
 
 
 def _hpo_table(args: argparse.Namespace) -> None:
@@ -403,6 +404,9 @@ def main(argv: list[str] | None = None) -> int:
                           "its report says it is not a fair test")
     hpo.add_argument("--eps", type=float, default=0.01,
                      help="(c) a recommendation within eps of the best true value counts as found (default: 0.01)")
+    hpo.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                     help="(c) processes the replayed studies run in (default: one per CPU core); the results do "
+                          "not depend on it")
     hpo.add_argument("--out", default="bench/hpo.json", help="where to write the figures")
     hpo.set_defaults(run=_hpo_bench)
 

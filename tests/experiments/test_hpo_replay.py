@@ -11,6 +11,7 @@ from isosweep.experiments.hpo_replay import (
     Curves,
     Study,
     bootstrap_median,
+    compare,
     measured_fixed,
     paired_test,
     replay,
@@ -155,6 +156,18 @@ def test_jfhpo_replayed_on_a_table_with_agreeing_proxies_uses_them_and_backs_its
     assert result["regret"] <= worst / 3, result
     # the last trial ran the recommendation at the target, to the full budget
     assert result["trajectory"][-1][1] == pytest.approx(result["regret"], abs=1e-5)
+
+
+def test_a_comparison_in_two_processes_gives_the_same_studies_as_in_one(table):
+    args = (table, [2.0], [0, 1], 0.02, 0.05)
+    kwargs = {"methods": ("jfhpo", "random"), "log": lambda _: None}
+    one, two = compare(*args, **kwargs, jobs=1), compare(*args, **kwargs, jobs=2)
+    assert list(one["studies"]) == ["table@2x", "shuffled@2x"]
+    for name, study in one["studies"].items():
+        assert study["runs"] == two["studies"][name]["runs"]
+        assert [r["seed"] for r in study["runs"]["jfhpo"]] == [0, 1]
+    with pytest.raises(ConfigError, match="jobs=0"):
+        compare(*args, **kwargs, jobs=0)
 
 
 def test_measured_fixed_cost_is_the_time_to_the_first_evaluation_over_a_whole_curve(table):

@@ -138,7 +138,7 @@ def run(out: str | Path, part: str = "all", seeds: int = 3, cost_budget: float =
         study_budget: str | None = None, margins: tuple[float, ...] = MARGINS, runs_root: str | Path = "runs/sweeps",
         table: str | Path = "dashboards/hpo-table-ladder/table.json", replay_seeds: int = 20,
         study_budgets: tuple[float, ...] = (4.0, 8.0), eps: float = 0.01, dashboards: str | Path = "dashboards/hpo-bench",
-        force: bool = False, log: Callable[[str], None] = say) -> dict:
+        force: bool = False, jobs: int = 1, log: Callable[[str], None] = say) -> dict:
     """Run ``part`` (``synthetic``, ``real``, ``table`` or ``all``) and merge its figures into ``out``.
 
     The table part refuses a table that does not meet its signal check (a ConfigError) unless ``force``;
@@ -147,7 +147,7 @@ def run(out: str | Path, part: str = "all", seeds: int = 3, cost_budget: float =
     if part in ("table", "all"):
         try:
             replay(table, out, dashboards, seeds=replay_seeds, study_budgets=study_budgets, eps=eps, force=force,
-                   log=log)
+                   log=log, jobs=jobs)
         except ConfigError as err:
             if part == "table":
                 raise

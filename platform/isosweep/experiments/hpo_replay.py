@@ -58,9 +58,11 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
 import statistics
 import warnings
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -405,10 +407,38 @@ def replay(curves: Curves, method: str, study_budget: float, seed: int, fixed: f
     that collapse by more than ``collapse`` below their base model stop there)."""
     study = Study(curves, study_budget * (1 + fixed), fixed, collapse)
     if method.startswith("jfhpo"):
-        run_jfhpo(curves, study, seed, options, size_scale="log" if method == "jfhpo-log" else "params")
+        import torch  # reason: the GP's thread count, for the JF-HPO methods only
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # one thread in every process: a study's result does not depend on --jobs
+        try:
+            run_jfhpo(curves, study, seed, options, size_scale="log" if method == "jfhpo-log" else "params")
+        finally:
+            torch.set_num_threads(threads)
     else:
         RUNNERS[method](curves, study, seed)
     return {"seed": seed, **study.result(method, eps)}
+
+
+_WORKER: dict[str, Any] = {}
+"""What every study of one comparison shares, in each process: the table's settings and its curves."""
+
+
+def _init_worker(table: dict[str, Any], fixed: float, eps: float, options: dict[str, Any] | None,
+                 collapse: float | None) -> None:
+    _WORKER.clear()
+    _WORKER.update(table=table, fixed=fixed, eps=eps, options=options, collapse=collapse,
+                   curves={None: Curves(table)})
+
+
+def _replay_task(task: tuple[bool | None, str, float, int]) -> dict[str, Any]:
+    """One study of a comparison (``(shuffled, method, study budget, seed)``) in this process's worker state."""
+    shuffle, method, study_budget, seed = task
+    key = seed if shuffle else None  # the control's permutation is drawn from the searcher seed
+    if key not in _WORKER["curves"]:
+        _WORKER["curves"][key] = Curves(_WORKER["table"], shuffle_proxies=seed)
+    return replay(_WORKER["curves"][key], method, study_budget, seed, _WORKER["fixed"], _WORKER["eps"],
+                  _WORKER["options"], _WORKER["collapse"])
 
 
 # -- statistics ----------------------------------------------------------------------------------
@@ -470,8 +500,9 @@ def summarize(results: dict[str, list[dict[str, Any]]], seed: int = 0) -> dict[s
 
 def compare(table: dict[str, Any], study_budgets: list[float], seeds: list[int], eps: float, fixed: float,
             methods: tuple[str, ...] = METHODS, shuffled: bool = True, options: dict[str, Any] | None = None,
-            collapse: float | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Every method x study budget x searcher seed on the table (and on its shuffled-proxy control)."""
+            collapse: float | None = None, log: Callable[[str], None] = print, jobs: int = 1) -> dict[str, Any]:
+    """Every method x study budget x searcher seed on the table (and on its shuffled-proxy control), in
+    ``jobs`` processes (the same results for any number: each study is its own seeded computation)."""
     curves = Curves(table)
     out: dict[str, Any] = {
         "table": table["name"], "target": curves.target, "sizes": {s: curves.params[s] for s in curves.sizes},
@@ -481,15 +512,22 @@ def compare(table: dict[str, Any], study_budgets: list[float], seeds: list[int],
                                                                           if curves.best - v <= eps],
         "studies": {},
     }
+    if jobs < 1:
+        raise ConfigError(f"jobs={jobs}: the studies need at least one process")
     variants = [("table", None)] + ([("shuffled", True)] if shuffled else [])
+    tasks = [(shuffle, method, study_budget, seed) for _, shuffle in variants for study_budget in study_budgets
+             for seed in seeds for method in methods]
+    settings = (table, fixed, eps, options, collapse)
+    if jobs > 1:
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
+                                 initargs=settings) as pool:
+            done = dict(zip(tasks, pool.map(_replay_task, tasks)))
+    else:
+        _init_worker(*settings)
+        done = {task: _replay_task(task) for task in tasks}
     for variant, shuffle in variants:
         for study_budget in study_budgets:
-            results: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
-            for seed in seeds:
-                for method in methods:
-                    replayed = Curves(table, shuffle_proxies=seed) if shuffle else curves
-                    results[method].append(replay(replayed, method, study_budget, seed, fixed, eps, options,
-                                                  collapse))
+            results = {method: [done[(shuffle, method, study_budget, seed)] for seed in seeds] for method in methods}
             name = f"{variant}@{study_budget:g}x"
             out["studies"][name] = {"study_budget": study_budget, "variant": variant,
                                     "summary": summarize(results), "runs": results}
@@ -635,7 +673,8 @@ def unmet(check: dict[str, Any]) -> list[str]:
 
 def run(table_path, out_json, dashboards, seeds: int = 20, study_budgets: tuple[float, ...] = (4.0, 8.0),
         eps: float = 0.01, fixed: float | None = None, methods: tuple[str, ...] = METHODS,
-        collapse: float | None = 0.05, force: bool = False, log: Callable[[str], None] = print) -> dict[str, Any]:
+        collapse: float | None = 0.05, force: bool = False, log: Callable[[str], None] = print,
+        jobs: int = 1) -> dict[str, Any]:
     """Replay every method on the table; write the summary into ``out_json`` (key ``table``) and the
     runs, tables and plots into ``dashboards``.
 
@@ -655,7 +694,7 @@ def run(table_path, out_json, dashboards, seeds: int = 20, study_budgets: tuple[
         log(f"[hpo-replay] --force: replaying a table that does not meet {'; '.join(missing)}")
     fixed = measured_fixed(table) if fixed is None else fixed
     result = compare(table, list(study_budgets), list(range(seeds)), eps, fixed, methods=methods,
-                     collapse=collapse, log=log)
+                     collapse=collapse, log=log, jobs=jobs)
     result["wall_ratios"] = wall_ratios(table)
     result["signal"] = check
     dashboards = Path(dashboards)
