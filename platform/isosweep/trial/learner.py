@@ -121,16 +121,23 @@ def deepspeed_config(cfg: TrialConfig, gpu: bool) -> dict:
     }
 
 
-def param_groups(policy: torch.nn.Module, cfg: TrialConfig) -> list[dict]:
-    """The optimizer's parameter groups, each with its full rate: one group at :func:`learning_rate`, or
-    under ``algorithm.width_scaling: hidden`` a second group, the parameters the width factor skips, at
-    that rate without the factor. Empty groups are left out; the order is fixed (scaled, then unscaled)."""
+def group_rates(cfg: TrialConfig) -> list[float]:
+    """The full rate of each of the optimizer's parameter groups, in their order: :func:`learning_rate`, and
+    under ``algorithm.width_scaling: hidden`` then that rate without the width factor (the parameters it skips)."""
     full = learning_rate(cfg)
-    scaled, unscaled = [], []
+    return [full] if cfg.algorithm.width_scaling == "all" else [full, full / width_factor(cfg)]
+
+
+def param_groups(policy: torch.nn.Module, cfg: TrialConfig) -> list[dict]:
+    """The optimizer's parameter groups at their :func:`group_rates`: every parameter in one, or under
+    ``algorithm.width_scaling: hidden`` the block matrices in the first and the rest in the second."""
+    members: list[list[torch.nn.Parameter]] = [[] for _ in group_rates(cfg)]
     for name, param in policy.named_parameters():
-        (scaled if width_scaled(cfg, name, param.dim()) else unscaled).append(param)
-    groups = [{"params": scaled, "lr": full}, {"params": unscaled, "lr": full / width_factor(cfg)}]
-    return [group for group in groups if group["params"]]
+        members[0 if width_scaled(cfg, name, param.dim()) else 1].append(param)
+    if not all(members):
+        raise ValueError(f"algorithm.width_scaling {cfg.algorithm.width_scaling!r}: a parameter group of "
+                         f"{type(policy).__name__} is empty (its sizes: {[len(m) for m in members]})")
+    return [{"params": params, "lr": rate} for params, rate in zip(members, group_rates(cfg))]
 
 
 def make_learner(policy: torch.nn.Module, cfg: TrialConfig, gpu: bool):
@@ -148,8 +155,8 @@ def schedule_rate(engine, cfg: TrialConfig, step: int) -> float:
     """Set every parameter group's rate for optimizer step ``step`` (its full rate times the warm-up's
     fraction, :func:`warmup_fraction`) and return the rate of the width-scaled group (:func:`learning_rate`'s)."""
     fraction = warmup_fraction(cfg, step)
-    for group, full in zip(engine.optimizer.param_groups, param_groups(engine.module, cfg), strict=True):
-        group["lr"] = full["lr"] * fraction  # from the config, not the group: a restored state keeps its own keys
+    for group, full in zip(engine.optimizer.param_groups, group_rates(cfg), strict=True):
+        group["lr"] = full * fraction  # from the config, not the group: a restored state keeps its own keys
     return learning_rate(cfg) * fraction
 
 
