@@ -394,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
                      help="(b) a threshold = the target base model's eval + margin; repeat for several "
                           "(default: 0.01 and 0.02)")
     hpo.add_argument("--runs", default="runs/sweeps", help="(b) where the studies' trial directories go")
-    hpo.add_argument("--table", default="dashboards/hpo-table-ladder/table.json",
+    hpo.add_argument("--table", default="dashboards/hpo-table-mup/table.json",
                      help="(c) the table of learning curves (isosweep hpo-table's table.json)")
     hpo.add_argument("--replay-seeds", type=int, default=20, help="(c) searcher seeds per method (default: 20)")
     hpo.add_argument("--study-budgets", type=float, nargs="+", default=[4.0, 8.0],

@@ -165,3 +165,15 @@ def test_a_table_builds_in_process_keeps_per_problem_counts_and_a_rerun_runs_not
     shutil.rmtree(tmp_path / "out" / "runs")
     again = build(path, tmp_path / "out", log=lines.append)
     assert not lines and again["cells"] == done["cells"]
+
+
+def test_the_committed_ladder_tables_signal_checks_are_what_the_readme_reports():
+    """The README's verdicts on the two committed width-ladder tables, recomputed from their table.json:
+    every parameter scaled by width fails rank transfer; the muP-style scaling meets every precondition."""
+    ladder = signal(json.loads((ROOT / "dashboards" / "hpo-table-ladder" / "table.json").read_text()))
+    mup = signal(json.loads((ROOT / "dashboards" / "hpo-table-mup" / "table.json").read_text()))
+    rule = "rho(tiny-w128, tiny-w256) >= 0.6"
+    assert ladder["checks"][rule] is False and round(ladder["rho"]["tiny-w128"], 2) == 0.55
+    assert all(mup["checks"].values()) and list(mup["checks"]) == list(ladder["checks"])
+    assert round(mup["rho"]["tiny-w128"], 2) == 0.75 and round(mup["rho"]["tiny-w64"], 2) == 0.93
+    assert mup["best"] == "lr_ref=0.0001,kl_coef=0.03" and set(mup["proxy_best"].values()) == {"lr_ref=0.0001,kl_coef=0.001"}

@@ -136,7 +136,7 @@ def compare(results: dict[str, list[dict]], seeds: list[int], margins: tuple[flo
 def run(out: str | Path, part: str = "all", seeds: int = 3, cost_budget: float = 60.0, threshold: float = 0.8,
         spec: str | Path = "sweeps/jfhpo.yaml", real_seeds: int = 3, budget: str | None = None,
         study_budget: str | None = None, margins: tuple[float, ...] = MARGINS, runs_root: str | Path = "runs/sweeps",
-        table: str | Path = "dashboards/hpo-table-ladder/table.json", replay_seeds: int = 20,
+        table: str | Path = "dashboards/hpo-table-mup/table.json", replay_seeds: int = 20,
         study_budgets: tuple[float, ...] = (4.0, 8.0), eps: float = 0.01, dashboards: str | Path = "dashboards/hpo-bench",
         force: bool = False, jobs: int = 1, log: Callable[[str], None] = say) -> dict:
     """Run ``part`` (``synthetic``, ``real``, ``table`` or ``all``) and merge its figures into ``out``.
