@@ -185,6 +185,8 @@ def test_the_statistics_match_a_slow_reference():
     assert paired_test([0.1] * 4, [0.1] * 4)["p"] == 1.0
     never = paired_test([math.inf, math.inf, 1.0, 2.0], [math.inf, 3.0, 2.0, 1.0])  # inf: never reached
     assert (never["wins"], never["losses"], never["ties"]) == (1, 2, 1)
+    # the middle two differences are -1 and +inf: their median is no number of target trials (it was 5e8 - 1)
+    assert paired_test([math.inf, math.inf, 1.0, 1.0], [1.0, 1.0, 2.0, 3.0])["median_diff"] is None
 
 
 def test_the_summary_and_report_name_every_method_and_every_pairing(table):
