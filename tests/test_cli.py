@@ -22,6 +22,7 @@ def test_an_hpo_dry_run_is_recognised_by_its_study_key(capsys):
     assert main(["sweep", str(ROOT / "sweeps" / "jfhpo.yaml"), "--dry-run", "--study-budget", "4x"]) == 0
     out = capsys.readouterr().out
     assert "jfhpo search over" in out and "4.00 full-fidelity trials" in out
+    assert "proxy check: 3 configurations at tiny-5m, 1,024 rollouts" in out and "at most 50% of the study budget" in out
 
 
 def test_answers_without_a_trial_import_no_heavy_library():

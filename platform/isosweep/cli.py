@@ -146,6 +146,13 @@ def _hpo(study: HPOStudy, args: argparse.Namespace) -> None:
               f"  study budget {study.study_budget:,.0f} target-equivalent rollouts = "
               f"{study.study_budget / study.cost(study.target, study.budget):.2f} full-fidelity trials or "
               f"{study.study_budget / study.cost(first, space.budget_min):.0f} trials at the lowest fidelity")
+        jf = study.spec.jfhpo
+        if study.spec.search == "jfhpo" and jf.proxy_check:
+            print(f"  proxy check: {jf.proxy_check} configurations at {study.target}, {space.budget_min:,} rollouts, "
+                  f"after the design; Spearman rho < {jf.proxy_rho:g} -> the rest at {study.target} only")
+        if study.spec.search == "jfhpo" and jf.proxy_share is not None:
+            print(f"  sizes below {study.target} may cost at most {jf.proxy_share:.0%} of the study budget "
+                  f"({jf.proxy_share * study.study_budget:,.0f})")
         return
     from isosweep.run.hpo import run_hpo  # Ray, BoTorch, torch, MLflow
 

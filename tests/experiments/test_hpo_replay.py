@@ -154,8 +154,24 @@ def test_jfhpo_replayed_on_a_table_with_agreeing_proxies_uses_them_and_backs_its
     assert result["by_size"]["tiny-w64"] + result["by_size"]["tiny-w128"] > 0 and result["by_size"]["tiny-w256"] >= 1
     worst = curves.best - min(curves.true.values())
     assert result["regret"] <= worst / 3, result
+    assert result["proxy_verdict"]["pairs"] == 3
     # the last trial ran the recommendation at the target, to the full budget
     assert result["trajectory"][-1][1] == pytest.approx(result["regret"], abs=1e-5)
+
+
+def test_on_the_shuffled_control_jfhpo_distrusts_its_proxies_after_the_check_and_searches_at_the_target(table):
+    """The design (4 proxy trials) and the 3 check trials; after the failed check nothing more runs below
+    the target, and the pick is as good as a target-only search's."""
+    curves = Curves(table, shuffle_proxies=0)
+    result = replay(curves, "jfhpo", 4.0, seed=0, fixed=0.05, eps=0.02)
+    verdict = result["proxy_verdict"]
+    assert verdict["trusted"] is False and verdict["pairs"] == 3 and verdict["rho"] < 0.6
+    assert result["by_size"]["tiny-w64"] + result["by_size"]["tiny-w128"] == 4
+    assert result["by_size"]["tiny-w256"] >= 4
+    assert result["regret"] <= (curves.best - min(curves.true.values())) / 3, result
+    target_only = replay(curves, "bo-target", 4.0, seed=0, fixed=0.05, eps=0.02)
+    assert target_only["by_size"]["tiny-w64"] + target_only["by_size"]["tiny-w128"] == 0
+    assert target_only["proxy_verdict"] is None and target_only["spent"] <= 4.0 + 1e-9
 
 
 def test_a_comparison_in_two_processes_gives_the_same_studies_as_in_one(table):
@@ -193,8 +209,9 @@ def test_the_summary_and_report_name_every_method_and_every_pairing(table):
     curves = Curves(table)
     results = {m: [replay(curves, m, 2.0, s, fixed=0.05, eps=0.01) for s in range(4)]
                for m in ("random", "asha", "hyperband")}
-    results["jfhpo"] = results["random"]  # the pairing logic only; JF-HPO itself is tested above
-    summary = summarize(results)
+    results["jfhpo"] = [{**r, "proxy_verdict": {"trusted": i % 2 == 0}} for i, r in enumerate(results["random"])]
+    summary = summarize(results)  # the pairing logic only; JF-HPO itself is tested above
+    assert summary["jfhpo"]["proxies_trusted"] == "2/4" and "proxies_trusted" not in summary["random"]
     assert summary["jfhpo"]["vs_random"]["regret"]["ties"] == 4
     assert summary["random"]["regret_median"] == pytest.approx(np.median([r["regret"] for r in results["random"]]))
     result = {"table": "synthetic", "target": "tiny-w256", "budget": C, "points": curves.points,
@@ -203,6 +220,7 @@ def test_the_summary_and_report_name_every_method_and_every_pairing(table):
               "studies": {"table@2x": {"summary": summary}}}
     text = report_text(result)
     assert "## table@2x" in text and "| jfhpo vs hyperband |" in text and "| asha |" in text
+    assert "Proxies trusted after the proxy check (searcher seeds): jfhpo on 2/4." in text
     # the table's own signal check heads the report, and a failed precondition says the comparison is not fair
     rule = "rho(tiny-w128, tiny-w256) >= 0.6"
     check = {"complete": True, "checks": {"interior optimum": True, rule: False}, "rho": {"tiny-w128": 0.55},

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 import pytest
 import torch
-from scipy.stats import norm
+from scipy.stats import norm, spearmanr
 
 from isosweep.hpo.searcher import (
     CostAwareLogEI,
@@ -15,6 +16,7 @@ from isosweep.hpo.searcher import (
     RandomSearcher,
     asha_scheduler,
     fit_cost_model,
+    proxies_agree,
 )
 from isosweep.hpo.space import Param, SearchSpace
 
@@ -321,3 +323,110 @@ def test_refit_every_k_fits_the_gp_only_every_k_observations_and_a_restore_decid
     assert fits == []
     with pytest.raises(ValueError, match="refit_every=0"):
         searcher(refit_every=0)
+
+
+# -- the proxy check and the proxy budget ----------------------------------------------------------
+
+
+def misleading(x):
+    """The target as :func:`objective`; the proxies rank the hyperparameters the other way round."""
+    value = objective(x)
+    return value if x[2] >= 1 - 1e-9 else -value - 0.2
+
+
+def run_with(s, n, f, prefix="t"):
+    xs = []
+    for i in range(n):
+        config = s.suggest(f"{prefix}{i}")
+        x = s.space.to_unit(config)
+        xs.append(x)
+        s.on_trial_complete(f"{prefix}{i}", {"score": f(x), "time_total_s": seconds(x)})
+    return xs
+
+
+@pytest.mark.parametrize("k, rho_min, passing", [(3, 0.6, 1), (4, 0.6, 5), (3, -1.0, 6)])
+def test_the_proxy_check_passes_a_random_ranking_with_the_documented_probability(k, rho_min, passing):
+    """Reference: every ordering of k observed values against fixed predictions; the verdicts counted by hand
+    (the docstring's 1/6 for k = 3 and 5/24 for k = 4; a threshold of -1 trusts every ordering)."""
+    orders = list(itertools.permutations(range(k)))
+    trusted = sum(proxies_agree(float(spearmanr(range(k), order).statistic), rho_min) for order in orders)
+    assert trusted == passing and len(orders) == math.factorial(k)
+    assert not proxies_agree(float("nan"), -1.0)
+
+
+def test_proxies_that_rank_like_the_target_pass_the_check_at_the_targets_smallest_budget():
+    s = searcher(proxy_check=3)
+    xs = run_with(s, 4, objective)  # the design, on proxies
+    assert all(x[2] < 1 for x in xs)
+    model = s.model()
+    checked = run_with(s, 3, objective, prefix="c")
+    assert all(x[2] == 1.0 and x[3] == pytest.approx(s.space.b_min) for x in checked)
+    # reference: the GP's predicted target values over the pool, by hand; the check runs the best, the median, the worst
+    pool = s._hparam_pool()
+    with torch.no_grad():
+        mean = model.posterior(torch.tensor([[*h, 1.0, 1.0] for h in pool], dtype=torch.double)).mean.squeeze(-1)
+    order = mean.argsort(descending=True).tolist()
+    expected = [pool[order[0]], pool[order[round((len(pool) - 1) / 2)]], pool[order[-1]]]
+    for x, h in zip(checked, expected):
+        assert x[:2] == pytest.approx(h, abs=1e-6)
+    assert s.proxies_trusted is True and s.proxy_verdict["rho"] == pytest.approx(1.0)
+    assert s.proxy_verdict["pairs"] == 3 and not s.target_only()
+    assert len(s._modelled()) == len(s.observations)
+
+
+def test_misleading_proxies_fail_the_check_and_the_search_continues_at_the_target_on_target_data(tmp_path):
+    s = searcher(proxy_check=3)
+    run_with(s, 4, misleading)
+    run_with(s, 3, misleading, prefix="c")
+    assert s.proxies_trusted is False and s.proxy_verdict["rho"] < 0.6 and s.target_only()
+    later = run_with(s, 4, misleading, prefix="after")
+    assert all(x[2] == 1.0 for x in later)
+    model = s.model()
+    assert torch.all(model.train_inputs[0][:, s.space.idx_s] == 1.0)  # fitted on the target's values only
+    assert model.train_inputs[0].shape[0] == 7
+    # the state keeps the verdict: a restored searcher makes the same next suggestion
+    path = tmp_path / "searcher.json"
+    s.save(str(path))
+    expected = s.suggest("next")
+    restored = searcher(proxy_check=3, seed=99)
+    restored.restore(str(path))
+    assert restored.proxies_trusted is False and restored.suggest("next") == expected
+
+
+def test_a_restore_in_the_middle_of_the_check_runs_the_rest_of_it_and_reaches_the_same_verdict(tmp_path):
+    first = searcher(proxy_check=3)
+    run_with(first, 4, misleading)
+    run_with(first, 1, misleading, prefix="c")
+    path = tmp_path / "searcher.json"
+    first.save(str(path))
+    restored = searcher(proxy_check=3)
+    restored.restore(str(path))
+    for s in (first, restored):
+        rest = run_with(s, 2, misleading, prefix="d")
+        assert all(x[2] == 1.0 for x in rest)
+    assert first.proxy_verdict == restored.proxy_verdict and restored.proxies_trusted is False
+
+
+def test_a_failed_check_trial_counts_as_missing_and_fewer_than_three_values_is_not_trust():
+    s = searcher(proxy_check=3)
+    run_with(s, 4, objective)
+    run_with(s, 2, objective, prefix="c")
+    s.suggest("broken")
+    s.on_trial_complete("broken", None, error=True)
+    assert s.proxy_verdict["pairs"] == 2 and s.proxies_trusted is False
+
+
+def test_the_proxy_budget_moves_every_proposal_to_the_target_once_spent():
+    sp = space()
+    for candidates in (None, grid_candidates(sp)):
+        s = searcher(proxy_budget=10.0, candidates=candidates, cost_fn=lambda config, result: 4.0)
+        xs = run_with(s, 7, objective)
+        assert all(x[2] < 1 for x in xs[:3])  # the design: 12 of 10 spent after its third trial ...
+        assert all(x[2] == 1.0 for x in xs[3:])  # ... so its fourth point and every proposal after it is at the target
+        assert s.proxy_spent() == 12.0 and s.target_only()
+    with pytest.raises(ValueError, match="proxy_check=2"):
+        searcher(proxy_check=2)
+    with pytest.raises(ValueError, match="proxy_rho"):
+        searcher(proxy_rho=1.5)
+    with pytest.raises(ValueError, match="proxy_budget"):
+        searcher(proxy_budget=-1.0)

@@ -110,3 +110,27 @@ def test_the_cli_rejects_a_bad_study_before_any_trial(tmp_path):
                           "--study-budget", "0.01x"], env=env, capture_output=True, text=True, timeout=120)
     assert sub.returncode == 2 and "cannot pay for one trial" in sub.stderr
 
+
+
+def test_the_proxy_guard_keys_reach_the_searcher_and_leave_an_existing_studys_id_alone(tmp_path):
+    from isosweep.run.hpo import make_searcher
+
+    plain = load_hpo(write(tmp_path))
+    searcher = make_searcher(plain)
+    assert (searcher.proxy_check, searcher.proxy_budget) == (0, None)
+    data = yaml.safe_load(write(tmp_path).read_text())
+    for jfhpo in ({"proxy_check": 0}, {"proxy_check": 0, "proxy_rho": 0.6, "proxy_share": None}):
+        path = tmp_path / "same.yaml"
+        path.write_text(yaml.safe_dump({**data, "jfhpo": {**data.get("jfhpo", {}), **jfhpo}}))
+        assert load_hpo(path).sweep_id == plain.sweep_id  # keys at their defaults: the id a rerun resumes
+    path = tmp_path / "guarded.yaml"
+    path.write_text(yaml.safe_dump({**data, "jfhpo": {**data.get("jfhpo", {}), "proxy_check": 4, "proxy_rho": 0.5,
+                                                      "proxy_share": 0.5}}))
+    guarded = load_hpo(path)
+    assert guarded.sweep_id != plain.sweep_id
+    searcher = make_searcher(guarded)
+    assert (searcher.proxy_check, searcher.proxy_rho) == (4, 0.5)
+    assert searcher.proxy_budget == pytest.approx(0.5 * guarded.study_budget)
+    path.write_text(yaml.safe_dump({**data, "jfhpo": {"proxy_check": 2}}))
+    with pytest.raises(ConfigError, match="proxy_check"):
+        load_hpo(path)

@@ -25,6 +25,9 @@ only if what is left pays for it.
   the lowest rung); recommends the best configuration of the highest rung reached.
 - ``jfhpo-log``: the same with the size fidelity on a log scale (``size_scale: log``: rungs at
   0.5, 0.75, 1 for a ladder that doubles twice, instead of 0.06, 0.25, 1 in parameters).
+- ``bo-target``: the ablation of JF-HPO's proxies: the same searcher, every trial at the target size
+  (``proxy_budget`` 0, no proxy check), so its only cheaper fidelity is the budget. What JF-HPO gains
+  over it is what the smaller sizes buy.
 - ``hyperband``: Hyperband's brackets over the same rungs (factor 2), in turn; each bracket is a
   successive halving from its own lowest rung; recommends like ``asha``.
 - ``jfhpo``: isosweep's ``JFHPOSearcher`` (multi-fidelity GP over hyperparameters x size x budget,
@@ -41,6 +44,11 @@ only if what is left pays for it.
   the table's per-problem counts), a proposal that repeats a configuration run at a smaller
   budget is a promotion, and one full target trial's worth of the budget is kept for the end,
   where its recommendation is run at the target (a recommendation backed by a full-fidelity run).
+  Its proxies must earn their trust (``proxy_check``, :data:`PROXY_CHECK` configurations run at the
+  target's smallest budget after the initial design; distrusted, the rest of the study is at the target)
+  and may cost at most :data:`PROXY_SHARE` of the study budget (``proxy_budget``). Both settings were
+  chosen on searcher seeds 100-107 of the muP-style ladder's table (3 or 4 configurations, with and
+  without the cap), apart from the seeds 0-19 a comparison reports.
 
 **Score**: the *true value* of a configuration is the table's mean over its training seeds at
 the target and the full budget. A study's **regret** is the best true value minus the true value
@@ -74,7 +82,11 @@ from isosweep.hpo.space import Param, SearchSpace
 from isosweep.models.sizes import SIZES, param_count
 from isosweep.spec.yamlio import ConfigError
 
-METHODS = ("jfhpo", "jfhpo-log", "random", "asha", "hyperband")
+METHODS = ("jfhpo", "jfhpo-log", "bo-target", "random", "asha", "hyperband")
+PROXY_CHECK = 3
+"""JF-HPO's proxy check in the replay: configurations verified at the target (``JFHPOSearcher(proxy_check=)``)."""
+PROXY_SHARE = 0.5
+"""The most of a study's budget JF-HPO may spend below the target size in the replay (``proxy_budget``)."""
 ETA = 2
 
 
@@ -153,6 +165,7 @@ class Study:
         self.trials = 0
         self.promotions = 0
         self.by_size = {size: 0 for size in curves.sizes}
+        self.extra: dict[str, Any] = {}
 
     @property
     def left(self) -> float:
@@ -206,7 +219,7 @@ class Study:
                      None)
         return {"method": method, "recommended": final, "regret": None if final is None else self.curves.regret(final),
                 "compute_to_eps": reach, "spent": self.spent / unit, "trials": self.trials,
-                "promotions": self.promotions, "stops": self.stops, "by_size": dict(self.by_size),
+                "promotions": self.promotions, "stops": self.stops, "by_size": dict(self.by_size), **self.extra,
                 "trajectory": [[round(p["spent"] / unit, 4), None if p["regret"] is None else round(p["regret"], 5)]
                                for p in self.trajectory]}
 
@@ -329,7 +342,9 @@ def run_jfhpo(curves: Curves, study: Study, seed: int, options: dict[str, Any] |
     from isosweep.hpo.searcher import JFHPOSearcher  # reason: torch and BoTorch, for the JF-HPO methods only
 
     options = {"num_restarts": 2, "raw_samples": 64, "fit_maxiter": 60, "acq_maxiter": 60, "refit_every": 4,
-               **(options or {})}
+               "proxy_check": PROXY_CHECK, "proxy_share": PROXY_SHARE, **(options or {})}
+    share = options.pop("proxy_share")
+    options["proxy_budget"] = None if share is None else share * study.study_budget
     space = search_space(curves, size_scale)
     if options.pop("acquisition", "grid") == "grid":  # the table is a grid: score its points, not the continuous box
         options["candidates"] = [{**config, space.size_key: size, space.budget_key: point}
@@ -367,10 +382,10 @@ def run_jfhpo(curves: Curves, study: Study, seed: int, options: dict[str, Any] |
         run = runs.get((size, key))
         if run is not None and (run["done"] >= upto or run["stopped"]):
             run = None  # a repeat of what it has seen (or a stopped trial): a fresh trial, another training seed
-        # cut what does not fit: the budget first, then the size
+        # cut what does not fit: the budget first, then the size (unless the searcher keeps to the target)
         while study.price(size, upto, run) > study.left - reserve + 1e-12:
             lower = [p for p in curves.points if p < upto and (run is None or p > run["done"])]
-            smaller = curves.sizes[:curves.sizes.index(size)]
+            smaller = [] if searcher.target_only() else curves.sizes[:curves.sizes.index(size)]
             if lower:
                 upto = lower[-1]
             elif smaller:
@@ -396,6 +411,7 @@ def run_jfhpo(curves: Curves, study: Study, seed: int, options: dict[str, Any] |
             searcher.suggest(trial_id)
             observe(trial_id, target, key, budget, run)
             study.record(recommended())
+    study.extra["proxy_verdict"] = searcher.proxy_verdict
 
 
 RUNNERS: dict[str, Callable[..., None]] = {"random": run_random, "asha": run_asha, "hyperband": run_hyperband}
@@ -406,12 +422,14 @@ def replay(curves: Curves, method: str, study_budget: float, seed: int, fixed: f
     """One study of ``method`` on ``curves`` with a budget of ``study_budget`` full target trials (trials
     that collapse by more than ``collapse`` below their base model stop there)."""
     study = Study(curves, study_budget * (1 + fixed), fixed, collapse)
-    if method.startswith("jfhpo"):
+    if method.startswith("jfhpo") or method == "bo-target":
         import torch  # reason: the GP's thread count, for the JF-HPO methods only
 
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # one thread in every process: a study's result does not depend on --jobs
         try:
+            if method == "bo-target":
+                options = {**(options or {}), "proxy_check": 0, "proxy_share": 0.0}
             run_jfhpo(curves, study, seed, options, size_scale="log" if method == "jfhpo-log" else "params")
         finally:
             torch.set_num_threads(threads)
@@ -486,6 +504,9 @@ def summarize(results: dict[str, list[dict[str, Any]]], seed: int = 0) -> dict[s
             "stops_mean": statistics.fmean(r["stops"] for r in runs),
             "by_size_mean": {size: statistics.fmean(r["by_size"][size] for r in runs) for size in runs[0]["by_size"]},
         }
+        verdicts = [r["proxy_verdict"] for r in runs if r.get("proxy_verdict")]
+        if verdicts:
+            out[method]["proxies_trusted"] = f"{sum(v['trusted'] for v in verdicts)}/{len(runs)}"
     for mine in [m for m in results if m.startswith("jfhpo")]:
         for method in results:
             if method.startswith("jfhpo"):
@@ -650,6 +671,10 @@ def report_text(result: dict[str, Any]) -> str:
                          f"{row['reached_eps']} | {fmt(row['compute_to_eps_median'])} [{fmt(lo)}, {fmt(hi)}] | "
                          f"{row['trials_mean']:.1f} | {row['promotions_mean']:.1f} | {row['stops_mean']:.2f} | "
                          + ", ".join(f"{v:.1f}" for v in row["by_size_mean"].values()) + " |")
+        trusted = [f"{method} on {row['proxies_trusted']}" for method, row in study["summary"].items()
+                   if "proxies_trusted" in row]
+        if trusted:
+            lines += ["", "Proxies trusted after the proxy check (searcher seeds): " + ", ".join(trusted) + "."]
         lines += ["", "| JF-HPO vs | regret: median difference, wins/losses/ties, Wilcoxon p | "
                   "compute to eps: median difference, wins/losses/ties, p |", "| --- | --- | --- |"]
         for mine, row in study["summary"].items():

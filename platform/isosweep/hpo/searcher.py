@@ -56,6 +56,7 @@ from gpytorch.mlls import ExactMarginalLogLikelihood
 from gpytorch.priors import LogNormalPrior
 from ray.tune.search import Searcher
 from scipy.optimize import nnls
+from scipy.stats import spearmanr
 from torch.quasirandom import SobolEngine
 
 from isosweep.hpo.space import Param, SearchSpace
@@ -98,6 +99,13 @@ def fit_cost_model(sb: np.ndarray | list[float], seconds: np.ndarray | list[floa
         if c1 <= 0:
             c0, c1 = prior
     return max(float(c0), min_fixed * float(c1)), float(c1)
+
+
+def proxies_agree(rho: float, threshold: float) -> bool:
+    """The proxy check's verdict on the Spearman correlation ``rho`` between the target values of the checked
+    configurations and the GP's predictions for them from the proxies: trusted iff ``rho >= threshold``
+    (an undefined ``rho`` -- fewer than 3 values, or all tied -- is not trust)."""
+    return bool(math.isfinite(rho) and rho >= threshold)
 
 
 class CostAwareLogEI(AcquisitionFunction):
@@ -438,6 +446,20 @@ class JFHPOSearcher(BaseSearcher):
       the last fit, and in between condition the last fitted hyperparameters on the new data (1, the
       default: a fit for every new observation). The fit is most of a proposal's time once the
       acquisition is cheap; one more point rarely moves the hyperparameters far.
+    - ``proxy_check=k`` (0: off; else at least 3): the proxies must earn their trust. Once the initial
+      design is in, the GP (fitted on the proxies) ranks the hyperparameters by their predicted value at
+      the target, and ``k`` of them spread over that ranking (the predicted best, the worst, and evenly
+      in between) are run at the target size and the smallest budget. If the target's values rank them
+      with a Spearman correlation below ``proxy_rho`` to what the GP predicted at that fidelity, the
+      proxies are distrusted for the rest of the study: the GP is refitted on the target's observations
+      only and every later proposal is at the target size (the search becomes a single-fidelity BO over
+      the budget). ``proxies_trusted`` and ``proxy_verdict`` say what the check found. Spearman's null
+      distribution makes ``k = 3`` pass by chance with probability 1/6 at the default ``proxy_rho = 0.6``
+      (only the full order passes), ``k = 4`` with 5/24.
+    - ``proxy_budget``: the most, in the units the study is charged in, that trials below the target
+      size may cost in all (None: no limit); once spent, every proposal is at the target size. It keeps a
+      large study budget from going to ever more proxies when the target's values are what is left to
+      resolve, and bounds what misleading proxies can waste.
     """
 
     def __init__(self, space: SearchSpace, metric: str | None = None, mode: str | None = "max", *,
@@ -445,8 +467,20 @@ class JFHPOSearcher(BaseSearcher):
                  mc_samples: int = 128, intermediate: int = 0, cost_prior: tuple[float, float] = (0.1, 1.0),
                  optimize_incumbent: bool = False, fit_maxiter: int = 200, acq_maxiter: int = 100,
                  noise_floor: float | None = None, candidates: list[Mapping[str, Any]] | None = None,
-                 refit_every: int = 1, **kwargs: Any) -> None:
+                 refit_every: int = 1, proxy_check: int = 0, proxy_rho: float = 0.6,
+                 proxy_budget: float | None = None, **kwargs: Any) -> None:
         super().__init__(space, metric, mode, **kwargs)
+        if proxy_check and proxy_check < 3:
+            raise ValueError(f"proxy_check={proxy_check}: a rank correlation needs at least 3 configurations (0: off)")
+        if not -1 <= proxy_rho <= 1:
+            raise ValueError(f"proxy_rho={proxy_rho}: a Spearman correlation lies in [-1, 1]")
+        if proxy_budget is not None and proxy_budget < 0:
+            raise ValueError(f"proxy_budget={proxy_budget}: must be >= 0 (None: no limit)")
+        self.proxy_check, self.proxy_rho, self.proxy_budget = int(proxy_check), float(proxy_rho), proxy_budget
+        self._trust: bool | None = None
+        self._check: dict[str, Any] | None = None
+        self._check_slot: int | None = None
+        self.proxy_verdict: dict[str, Any] | None = None
         self.noise_floor = noise_floor
         if candidates is not None and not candidates:
             raise ValueError("candidates: an empty list leaves nothing to propose (None: the continuous space)")
@@ -467,7 +501,8 @@ class JFHPOSearcher(BaseSearcher):
         self._hyper_n = -1
 
     _STATE = (*BaseSearcher._STATE, "n_init", "_init_design", "cost_prior", "_hyper", "_hyper_start",
-              "_hyper_n", "noise_floor", "_candidates", "refit_every", "_fit_n")
+              "_hyper_n", "noise_floor", "_candidates", "refit_every", "_fit_n", "proxy_check", "proxy_rho",
+              "proxy_budget", "_trust", "_check", "proxy_verdict")
 
     def _invalidate(self) -> None:
         self._model_cache = None
@@ -512,13 +547,14 @@ class JFHPOSearcher(BaseSearcher):
         Fitting is seeded from the searcher's seed and the number of observations, so the same
         observations always give the same model, in this process or after a restore."""
 
-        n = len(self.observations)
+        used = self._modelled()
+        n = len(used)
         if n < 2:
             return None
         if self._model_cache is not None and self._model_cache[0] == n:
             return self._model_cache[1]
-        X = torch.tensor([o.x for o in self.observations], dtype=torch.double)
-        Y = torch.tensor([[o.y] for o in self.observations], dtype=torch.double)
+        X = torch.tensor([o.x for o in used], dtype=torch.double)
+        Y = torch.tensor([[o.y] for o in used], dtype=torch.double)
         with torch.random.fork_rng():
             torch.manual_seed(self._torch_seed(n))
             gp = SingleTaskMultiFidelityGP(X, Y, data_fidelities=[self.space.idx_s],
@@ -576,7 +612,7 @@ class JFHPOSearcher(BaseSearcher):
 
         model = model if model is not None else self.model()
         d = self.space.dim
-        X = torch.tensor([o.x for o in self.observations], dtype=torch.double)
+        X = torch.tensor([o.x for o in self._modelled()], dtype=torch.double)
         mean = PosteriorMean(model)
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -607,12 +643,106 @@ class JFHPOSearcher(BaseSearcher):
                               X_pending=X_pending, mc_samples=self.mc_samples, size_ratio=self.space.size_ratio,
                               seed=self._torch_seed(len(self.observations) + 104729))
 
+    # -- proxy trust ------------------------------------------------------------------------
+    def _at_target(self, o: Observation) -> bool:
+        return o.x[self.space.idx_s] >= 1 - 1e-9
+
+    def _modelled(self) -> list[Observation]:
+        """The observations the GP is fitted on: all of them, or the target's only once the proxies are distrusted."""
+        if self._trust is False:
+            return [o for o in self.observations if self._at_target(o)]
+        return self.observations
+
+    @property
+    def proxies_trusted(self) -> bool | None:
+        """The proxy check's verdict: None while it is off or undecided."""
+        return self._trust
+
+    def proxy_spent(self) -> float:
+        """What the finished trials below the target size were charged."""
+        return sum(o.cost for o in self.observations if o.final and not self._at_target(o))
+
+    def target_only(self) -> bool:
+        """Whether proposals are restricted to the target size: the proxies are distrusted or being checked, or
+        ``proxy_budget`` is spent."""
+        if self._trust is False or (self._trust is None and self._check is not None):
+            return True
+        return self.proxy_budget is not None and self.proxy_spent() >= self.proxy_budget - 1e-12
+
+    def _hparam_pool(self) -> list[list[float]]:
+        """Hyperparameters the check ranks: the candidates' (deduplicated), else a scrambled Sobol set."""
+        n = len(self.space.params)
+        if self._candidates is not None:
+            return [list(h) for h in dict.fromkeys(tuple(c[:n]) for c in self._candidates)]
+        return SobolEngine(n, scramble=True, seed=self._torch_seed(31337)).draw(256, dtype=torch.double).tolist()
+
+    def _start_check(self, model) -> None:
+        """Pick the ``proxy_check`` configurations to verify and freeze the GP's predictions for them."""
+        pool = self._hparam_pool()
+        mean = PosteriorMean(model)
+        at = lambda b: torch.tensor([[*h, 1.0, b] for h in pool], dtype=torch.double).unsqueeze(1)  # noqa: E731
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            final = mean(at(1.0)).tolist()
+            first = mean(at(self.space.b_min)).tolist()
+        order = sorted(range(len(pool)), key=lambda j: -final[j])
+        k = min(self.proxy_check, len(pool))
+        chosen = [order[round(j * (len(pool) - 1) / (k - 1))] for j in range(k)]
+        self._check = {"h": [pool[j] for j in chosen], "predicted": [first[j] for j in chosen],
+                       "trials": {}, "observed": [None] * k, "next": 0}
+
+    def suggest(self, trial_id: str) -> dict | str | None:
+        self._check_slot = None
+        config = super().suggest(trial_id)
+        if self._check_slot is not None and isinstance(config, dict):
+            self._check["trials"][trial_id] = self._check_slot
+        return config
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        live = self._live.get(trial_id)
+        last = None if live is None else live["last"]
+        super().on_trial_complete(trial_id, result, error)
+        check = self._check
+        if check is None or self._trust is not None or trial_id not in check["trials"]:
+            return
+        y = self._objective(dict(result) if result else (last or {}))
+        check["observed"][check["trials"][trial_id]] = y
+        if len(check["trials"]) == len(check["h"]) and all(
+                t not in self._live for t in check["trials"]):
+            self._decide()
+
+    def _decide(self) -> None:
+
+        check = self._check
+        pairs = [(p, y) for p, y in zip(check["predicted"], check["observed"]) if y is not None]
+        rho = float(spearmanr(*zip(*pairs)).statistic) if len(pairs) >= 3 else float("nan")
+        self._trust = proxies_agree(rho, self.proxy_rho)
+        self.proxy_verdict = {"rho": rho if math.isfinite(rho) else None, "pairs": len(pairs),
+                              "threshold": self.proxy_rho, "trusted": self._trust}
+        if not self._trust:  # a new model on other data: fit it from scratch
+            self._hyper = self._hyper_start = None
+            self._hyper_n = self._fit_n = -1
+        self._model_cache = None
+
     # -- proposal ---------------------------------------------------------------------------
     def _propose(self) -> list[float]:
         i = self.n_suggested
         if i < self.n_init:
-            return list(self._init_design[i])
-        if len(self.observations) < 2:
+            x = list(self._init_design[i])
+            if self.proxy_budget is not None and self.target_only():  # the design too stops at the proxy budget
+                x[self.space.idx_s] = 1.0
+            return x
+        if self.proxy_check and self._trust is None and len(self.observations) >= 2:
+            if self._check is None:
+                self._start_check(self.model())
+            check = self._check
+            if check["next"] < len(check["h"]):
+                self._check_slot = check["next"]
+                check["next"] += 1
+                return [*check["h"][self._check_slot], 1.0, self.space.b_min]
+        if len(self._modelled()) < 2:
+            if self.target_only():  # distrusted proxies and fewer than two target values: a random target point
+                return [*self._uniform_hparams(), 1.0, self.space.b_min]
             # Still waiting for the design's results: more random low-fidelity points.
             low = [s for s in self.space.size_fidelities if s < 1] or [1.0]
             b = self.space.b_min + float(self._rng.random()) * (1 - self.space.b_min) / 2
@@ -623,17 +753,18 @@ class JFHPOSearcher(BaseSearcher):
         X_pending = torch.tensor(pending, dtype=torch.double) if pending else None
         acq = self.acquisition(model, X_pending)
         step_seed = int(self._rng.integers(2**31 - 1))
+        sizes = [1.0] if self.target_only() else list(self.space.size_fidelities)
         with torch.random.fork_rng(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.manual_seed(step_seed)
             if self._candidates is not None:
-                choices = torch.tensor(self._candidates, dtype=torch.double)
+                choices = [c for c in self._candidates if any(abs(c[self.space.idx_s] - s) < 1e-9 for s in sizes)]
+                choices = torch.tensor(choices or self._candidates, dtype=torch.double)
                 cand, _ = optimize_acqf_discrete(acq, q=1, choices=choices, unique=False)
                 return cand.squeeze(0).tolist()
             cand, _ = optimize_acqf_mixed(acq, bounds=self._bounds(), q=1, num_restarts=self.num_restarts,
                                           raw_samples=self.raw_samples,
-                                          fixed_features_list=[{self.space.idx_s: s}
-                                                               for s in self.space.size_fidelities],
+                                          fixed_features_list=[{self.space.idx_s: s} for s in sizes],
                                           options={"maxiter": self.acq_maxiter})
         return cand.squeeze(0).tolist()
 
@@ -646,4 +777,4 @@ class JFHPOSearcher(BaseSearcher):
         return self.space.at_target(self.space.from_unit([*h, 1.0, 1.0]))
 
 
-__all__ = ["Observation", "fit_cost_model", "CostAwareLogEI", "JFHPOSearcher", "RandomSearcher", "asha_scheduler"]
+__all__ = ["Observation", "fit_cost_model", "proxies_agree", "CostAwareLogEI", "JFHPOSearcher", "RandomSearcher", "asha_scheduler"]

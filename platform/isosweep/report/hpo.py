@@ -56,6 +56,11 @@ def table_text(result: dict[str, Any]) -> str:
     lines.append(f"best {metric} at the target ({result['target']}): "
                  + (f"{bt['value']:.3f} by {bt['trial']} " + ", ".join(f"{k}={v:.3g}" for k, v in bt['params'].items())
                     if bt else "none (no target-size trial evaluated)"))
+    verdict = result.get("proxy_verdict")
+    if verdict:
+        rho = "undefined" if verdict["rho"] is None else f"{verdict['rho']:+.2f}"
+        lines.append(f"proxy check: Spearman rho {rho} over {verdict['pairs']} configurations at the target -> "
+                     + ("proxies trusted" if verdict["trusted"] else "proxies distrusted, target-only search"))
     if result["recommended"]:
         lines.append("recommended configuration for the target: "
                      + ", ".join(f"{k}={v:.3g}" for k, v in result["recommended"].items()))

@@ -266,7 +266,11 @@ class StudySearch(Searcher):
             final = {**(result or {}), "hpo/cost": entry.cost, "rollouts": entry.reached}
             if records:
                 final[self.study.metric] = entry.value
+            decided = getattr(self.inner, "proxy_verdict", None)
             self.inner.on_trial_complete(entry.inner_id, self._as_gain(key, final), error=error and not records)
+            verdict = getattr(self.inner, "proxy_verdict", None)
+            if verdict is not None and decided is None:
+                self.log(proxy_verdict_line(verdict, self.study.target))
         self.unlogged.append({"key": key, "point": len(self.ledger.trajectory) - 1,
                               "reason": str(reason)[:5000] if reason is not None else None})
         self.save_state()
@@ -278,6 +282,15 @@ class StudySearch(Searcher):
                  f"{study.spec.metric}@{study.k} {shown} | cost {entry.cost:,.0f} | spent "
                  f"{self.ledger.spent:,.0f}/{study.study_budget:,.0f} ({self.ledger.spent / study.study_budget:.0%}) | "
                  f"incumbent at {study.target}: " + (f"{incumbent:.3f}" if incumbent is not None else "none yet"))
+
+
+def proxy_verdict_line(verdict: dict[str, Any], target: str) -> str:
+    """The progress line of a finished proxy check (``JFHPOSearcher.proxy_verdict``)."""
+    rho = "undefined" if verdict["rho"] is None else f"{verdict['rho']:+.2f}"
+    then = ("the proxies keep informing the search" if verdict["trusted"] else
+            f"the rest of the study runs at {target} only, its GP fitted on {target}'s values")
+    return (f"[hpo] proxy check: {target} ranks the {verdict['pairs']} checked configurations with Spearman rho "
+            f"{rho} to the proxies' prediction (trusted at >= {verdict['threshold']:g}): {then}")
 
 
 class StudyProgress:
@@ -307,8 +320,11 @@ def make_searcher(study: HPOStudy):
     spec = study.spec
     common = dict(study_budget=None, cost_fn=lambda config, result: float(result["hpo/cost"]), seed=spec.seed)
     if spec.search == "jfhpo":
+        share = spec.jfhpo.proxy_share
         return JFHPOSearcher(study.space, study.metric, "max", n_init=spec.jfhpo.n_init,
-                             num_restarts=spec.jfhpo.num_restarts, raw_samples=spec.jfhpo.raw_samples, **common)
+                             num_restarts=spec.jfhpo.num_restarts, raw_samples=spec.jfhpo.raw_samples,
+                             proxy_check=spec.jfhpo.proxy_check, proxy_rho=spec.jfhpo.proxy_rho,
+                             proxy_budget=None if share is None else share * study.study_budget, **common)
     return RandomSearcher(study.space, study.metric, "max", **common)
 
 
@@ -385,6 +401,7 @@ def _run_locked(study: HPOStudy, sweep_out: Path, uri: str, dashboards: str | Pa
     target_base = next((records[0][study.metric] for t in ledger.trials.values() if t.size == study.target
                         for records in [trial_of(sweep_out, t.key).records()] if records), None)
     result = summary(ledger, search.inner.recommend(), target_base)
+    result["proxy_verdict"] = getattr(search.inner, "proxy_verdict", None)
     out = sweep_out / "hpo"
     copies = dashboards and Path(dashboards) / spec.name
     files = write_summary(result, out, copies)

@@ -95,6 +95,27 @@ class JFHPOSpec(Section):
     """The size fidelity ``s``: ``params`` (parameters / the target's) or ``log`` (evenly spaced for a
     ladder that doubles, the smallest size at 0.5; see ``hpo.space``). The cost is parameters x
     rollouts either way."""
+    proxy_check: int = Field(0, ge=0)
+    """After the initial design, run this many configurations (at least 3; 0: off) spread over the GP's
+    predicted ranking at the target size and the smallest budget; if the target does not rank them like
+    the proxies predicted (Spearman below ``proxy_rho``), the rest of the study searches at the target
+    only, its GP fitted on the target's values."""
+    proxy_rho: float = Field(0.6, ge=-1, le=1)
+    """The rank correlation the proxy check needs to keep trusting the proxies."""
+    proxy_share: float | None = Field(None, ge=0, le=1)
+    """The most of the study budget that trials below the target size may cost (null: no limit); once it is
+    spent every proposal is at the target size."""
+
+    @model_validator(mode="after")
+    def _check_size(self) -> "JFHPOSpec":
+        if self.proxy_check and self.proxy_check < 3:
+            raise ValueError(f"proxy_check: {self.proxy_check} configurations cannot be ranked (at least 3; 0: off)")
+        return self
+
+
+HPO_ADDED_LATER = {"jfhpo": {"proxy_check": 0, "proxy_rho": 0.6, "proxy_share": None}}
+"""Study keys added after studies were first run, with their defaults: left out of a study's id while at their
+default, so a study file keeps its id -- and a rerun resumes it -- across versions of isosweep."""
 
 
 class ASHASpec(Section):
@@ -165,7 +186,12 @@ class HPOStudy:
     @property
     def sweep_id(self) -> str:
         """``<name>-<search>-s<seed>-<C>-<hash>``: the same study re-run resumes; a changed one is new."""
-        data = {"spec": self.spec.model_dump(mode="json"), "budget": self.budget, "study_budget": self.study_budget,
+        spec = self.spec.model_dump(mode="json")
+        for section, keys in HPO_ADDED_LATER.items():
+            for key, default in keys.items():
+                if spec[section].get(key) == default:
+                    del spec[section][key]
+        data = {"spec": spec, "budget": self.budget, "study_budget": self.study_budget,
                 "base": self.base, "objective": "gain over the base model", "incumbent": "trained evals only"}
         digest = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:6]
         return f"{self.spec.name}-{self.spec.search}-s{self.spec.seed}-{short_count(self.budget)}-{digest}"
