@@ -47,3 +47,54 @@ def test_compare_at_several_thresholds():
     assert b["reached_threshold"] == {"+0.01": "0/2", "+0.02": "0/2"}
     assert b["compute_to_threshold_median"] == {"+0.01": None, "+0.02": None}
     assert b["best_target_mean"] == pytest.approx(0.79)
+
+
+def small_table(grid: dict[str, list[float]]) -> dict:
+    """Two sizes x the grid x two seeds, each curve two evaluations of 4 problems: the value rises with log lr."""
+    import itertools
+    import math
+
+    cells = []
+    for size, (lr, kl), seed in itertools.product(["tiny-w64", "tiny-w128"], itertools.product(*grid.values()), (0, 1)):
+        value = 0.3 + 0.05 * (math.log10(lr) + 6) - (0.02 if kl > 0.01 else 0) + 0.01 * seed
+        counts = [round(8 * min(1.0, value))] * 4
+        cells.append({"size": size, "config": {"algorithm.lr_ref": lr, "algorithm.kl_coef": kl}, "seed": seed,
+                      "curve": [{"rollouts": 0, "counts": [2] * 4, "samples": 8},
+                                {"rollouts": 1024, "counts": counts, "samples": 8}]})
+    spec = {"name": "small", "trial": "x.yaml", "budget": 1024, "sizes": ["tiny-w64", "tiny-w128"], "seeds": [0, 1],
+            "grid": grid, "default": {key: values[0] for key, values in grid.items()}, "set": {}}
+    return {"name": "small", "spec": spec, "cells": cells, "expected_cells": len(cells)}
+
+
+def test_a_live_recommendation_is_scored_at_the_tables_nearest_grid_point_beside_the_replay():
+    from scipy.stats import mannwhitneyu
+
+    from isosweep.experiments.hpo_bench import against_table, nearest_grid_point
+    from isosweep.experiments.hpo_replay import Curves
+
+    grid = {"algorithm.lr_ref": [3e-6, 1e-5, 3e-5, 1e-4, 3e-4], "algorithm.kl_coef": [1e-3, 3e-2]}
+    # log distance: 5.4e-5 is nearer 3e-5 than 1e-4 in log space (ratios 1.8 vs 1.85), though not linearly
+    assert nearest_grid_point({"algorithm.lr_ref": 5.4e-5, "algorithm.kl_coef": 0.004}, grid) == {
+        "algorithm.lr_ref": 3e-5, "algorithm.kl_coef": 1e-3}
+    assert nearest_grid_point({"algorithm.lr_ref": 5.6e-5, "algorithm.kl_coef": 0.006}, grid) == {
+        "algorithm.lr_ref": 1e-4, "algorithm.kl_coef": 3e-2}
+    assert nearest_grid_point({"x": 0.3}, {"x": [0.1, 0.4]}) == {"x": 0.4}  # a linear axis
+    table = small_table(grid)
+    curves = Curves(table)
+    picks = [{"algorithm.lr_ref": 9e-5, "algorithm.kl_coef": 1.1e-3}, {"algorithm.lr_ref": 4e-6, "algorithm.kl_coef": 2e-2}]
+    summaries = {"jfhpo": [{"sweep_id": f"s{i}", "recommended": p} for i, p in enumerate(picks)]
+                 + [{"sweep_id": "s2", "recommended": None}]}
+    replay_regrets = [0.0, 0.01, 0.02, 0.2]
+    replayed = {"studies": {"table@4x": {"summary": {"jfhpo": {"regret_median": 0.015, "regret_mean": 0.0575,
+                                                               "regret_ci95": [0.0, 0.2]}}}},
+                "runs": {"table@4x": {"jfhpo": [{"regret": r} for r in replay_regrets]}}}
+    scored = against_table(summaries, table, replayed, 4.0)["methods"]["jfhpo"]
+    rows = scored["per_seed"]
+    assert [r["grid_point"] for r in rows] == ["lr_ref=0.0001,kl_coef=0.001", "lr_ref=3e-06,kl_coef=0.03", None]
+    expected = [curves.best - curves.true[r["grid_point"]] for r in rows[:2]]
+    assert [r["regret"] for r in rows[:2]] == pytest.approx(expected) and rows[2]["regret"] is None
+    assert scored["regret_mean"] == pytest.approx(sum(expected) / 2)
+    assert scored["replay"]["study"] == "table@4x" and scored["replay"]["regret_median"] == 0.015
+    assert scored["replay"]["mann_whitney_p"] == pytest.approx(
+        mannwhitneyu(expected, replay_regrets, alternative="two-sided").pvalue)
+    assert "replay" not in against_table(summaries, table, None, 4.0)["methods"]["jfhpo"]

@@ -62,10 +62,61 @@ def reach(trajectory: list[dict[str, Any]], threshold: float) -> float | None:
     return None
 
 
+def nearest_grid_point(params: dict[str, float], grid: dict[str, list[float]]) -> dict[str, float]:
+    """``params`` moved to the grid: each axis to its nearest value (by log distance on an axis of positive
+    values spanning a decade or more, linearly otherwise)."""
+    chosen = {}
+    for key, values in grid.items():
+        value = float(params[key])
+        log = min(values) > 0 and max(values) / min(values) >= 10 and value > 0
+        chosen[key] = min(values, key=(lambda v: abs(math.log(v) - math.log(value))) if log else (lambda v: abs(v - value)))
+    return chosen
+
+
+def against_table(results: dict[str, list[dict]], table: dict[str, Any], replayed: dict[str, Any] | None = None,
+                  study_budget: float | None = None) -> dict[str, Any]:
+    """Live studies scored like the replay: each recommendation at the table's nearest grid point, its true value
+    the table's mean over its training seeds at the target and C, its regret against the table's best; per
+    method, those regrets beside the replayed studies' of the same method at ``study_budget`` (Nx), with a
+    Mann-Whitney test of the two samples (a small live sample: only a large disagreement can show)."""
+    from scipy.stats import mannwhitneyu  # reason: only when live studies are scored against a table
+
+    from isosweep.experiments.hpo_replay import Curves
+    from isosweep.experiments.hpo_table import config_key
+
+    curves = Curves(table)
+    out: dict[str, Any] = {"table": table["name"], "best": curves.best, "methods": {}}
+    for method, rs in results.items():
+        rows = []
+        for r in rs:
+            if r["recommended"] is None:
+                rows.append({"sweep_id": r["sweep_id"], "recommended": None, "grid_point": None, "regret": None})
+                continue
+            key = config_key(nearest_grid_point(r["recommended"], curves.spec.grid))
+            rows.append({"sweep_id": r["sweep_id"], "recommended": r["recommended"], "grid_point": key,
+                         "true_value": curves.true[key], "regret": curves.best - curves.true[key]})
+        live = [row["regret"] for row in rows if row["regret"] is not None]
+        entry: dict[str, Any] = {"per_seed": rows, "regret_median": statistics.median(live) if live else None,
+                                 "regret_mean": statistics.fmean(live) if live else None}
+        study = (replayed or {}).get("studies", {}).get(f"table@{study_budget:g}x") if study_budget else None
+        if study is not None and method in study.get("summary", {}):
+            row = study["summary"][method]
+            entry["replay"] = {"study": f"table@{study_budget:g}x", "regret_median": row["regret_median"],
+                               "regret_mean": row["regret_mean"], "regret_ci95": row["regret_ci95"]}
+            runs = replayed.get("runs", {}).get(f"table@{study_budget:g}x", {}).get(method)
+            if runs and live:
+                entry["replay"]["mann_whitney_p"] = float(
+                    mannwhitneyu(live, [r["regret"] for r in runs], alternative="two-sided").pvalue)
+        out["methods"][method] = entry
+    return out
+
+
 def real(spec: str | Path, seeds: list[int], methods: tuple[str, ...] = METHODS, budget: str | None = None,
          study_budget: str | None = None, margins: tuple[float, ...] = MARGINS, runs_root: str | Path = "runs/sweeps",
-         dashboards: str | Path | None = "dashboards/hpo-bench", log: Callable[[str], None] = say) -> dict:
-    """Run (or resume) every ``method x seed`` study of ``spec`` and compare them at equal study budget."""
+         dashboards: str | Path | None = "dashboards/hpo-bench", log: Callable[[str], None] = say,
+         prefix: str = "real_study") -> dict:
+    """Run (or resume) every ``method x seed`` study of ``spec`` and compare them at equal study budget
+    (the plot and the studies' summaries go to ``dashboards/<prefix>.png`` and ``.json``)."""
     results: dict[str, list[dict]] = {m: [] for m in methods}
     walls: dict[str, list[float]] = {m: [] for m in methods}
     for seed in seeds:
@@ -84,10 +135,10 @@ def real(spec: str | Path, seeds: list[int], methods: tuple[str, ...] = METHODS,
         out.mkdir(parents=True, exist_ok=True)
         first = results[methods[0]][0]
         top = max(table["thresholds"].values(), default=None)
-        plot_trajectories(results, out / "real_study.png", threshold=top,
+        plot_trajectories(results, out / f"{prefix}.png", threshold=top,
                           title=f"incumbent at {first['target']} over spent compute ({len(seeds)} seeds per method)")
-        (out / "real_study.json").write_text(json.dumps({m: rs for m, rs in results.items()}, indent=1, default=str))
-    return {"what": f"HPO studies of {spec}, " + table.pop("what"), **table}
+        (out / f"{prefix}.json").write_text(json.dumps({m: rs for m, rs in results.items()}, indent=1, default=str))
+    return {"what": f"HPO studies of {spec}, " + table.pop("what"), **table, "summaries": results}
 
 
 def compare(results: dict[str, list[dict]], seeds: list[int], margins: tuple[float, ...] = MARGINS,
@@ -133,6 +184,35 @@ def compare(results: dict[str, list[dict]], seeds: list[int], margins: tuple[flo
     }
 
 
+def score_live(summaries: dict[str, list[dict]], study_budget: float, table_path: str | Path,
+               replayed: dict[str, Any] | None, runs_path: Path, log: Callable[[str], None] = say
+               ) -> dict[str, Any] | None:
+    """The live studies scored against the table (:func:`against_table`) when they ran its setting -- the same
+    sizes, C and searched keys -- else None. ``study_budget``: the studies' budget in full target trials (the
+    replayed studies of that budget are the comparison). The replayed runs are read from ``runs_path``
+    (``table_runs.json`` of the table part)."""
+    path = Path(table_path)
+    if not path.exists():
+        return None
+    table = json.loads(path.read_text())
+    first = next(iter(summaries.values()))[0]
+    spec = table["spec"]
+    if (first["budget"] != spec["budget"] or first["target"] != spec["sizes"][-1]
+            or set(first["recommended"] or {}) != set(spec["grid"])):
+        log(f"[hpo-bench] the live studies do not search {table['name']}'s setting: not scored against it")
+        return None
+    runs = json.loads(runs_path.read_text()) if runs_path.exists() else {}
+    scored = against_table(summaries, table, {**(replayed or {}), "runs": runs}, round(study_budget, 3))
+    for method, row in scored["methods"].items():
+        replay_row = row.get("replay", {})
+        log(f"[hpo-bench] live {method} scored on {table['name']}: regrets "
+            + ", ".join("n/a" if r["regret"] is None else f"{r['regret']:.4f} ({r['grid_point']})"
+                        for r in row["per_seed"])
+            + (f"; replay at {replay_row['study']}: median {replay_row['regret_median']:.4f}, Mann-Whitney p "
+               f"{replay_row.get('mann_whitney_p', float('nan')):.2f}" if replay_row else ""))
+    return scored
+
+
 def run(out: str | Path, part: str = "all", seeds: int = 3, cost_budget: float = 60.0, threshold: float = 0.8,
         spec: str | Path = "sweeps/jfhpo.yaml", real_seeds: int = 3, budget: str | None = None,
         study_budget: str | None = None, margins: tuple[float, ...] = MARGINS, runs_root: str | Path = "runs/sweeps",
@@ -164,9 +244,19 @@ def run(out: str | Path, part: str = "all", seeds: int = 3, cost_budget: float =
         log(f"[hpo-bench] synthetic: median cost ratio JF-HPO / random = {result['synthetic']['median_ratio']:.3f} "
             f"over {seeds} seeds")
     if part in ("real", "all"):
-        result["real"] = real(spec, list(range(real_seeds)), budget=budget, study_budget=study_budget,
-                              margins=margins, runs_root=runs_root, log=log)
-        for method, row in result["real"]["methods"].items():
+        study = load_hpo(spec, budget, study_budget)
+        name = study.spec.name
+        key = "real" if name == "jfhpo" else f"real-{name}"  # the shipped study keeps its key and files
+        live = real(spec, list(range(real_seeds)), budget=budget, study_budget=study_budget, margins=margins,
+                    runs_root=runs_root, log=log, dashboards=dashboards,
+                    prefix="real_study" if name == "jfhpo" else f"{key}_study")
+        summaries = live.pop("summaries")
+        scored = score_live(summaries, study.study_budget / study.cost(study.target, study.budget), table,
+                            result.get("table"), Path(dashboards) / "table_runs.json", log)
+        if scored is not None:
+            live["against_table"] = scored
+        result[key] = live
+        for method, row in result[key]["methods"].items():
             reached = ", ".join(f"{name}: {row['reached_threshold'][name]} seeds, median compute "
                                 f"{fmt(row['compute_to_threshold_median'][name], ',.0f')}"
                                 for name in row["reached_threshold"])
