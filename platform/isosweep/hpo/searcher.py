@@ -447,7 +447,7 @@ class JFHPOSearcher(BaseSearcher):
       default: a fit for every new observation). The fit is most of a proposal's time once the
       acquisition is cheap; one more point rarely moves the hyperparameters far.
     - ``proxy_check=k`` (0: off; else at least 3): the proxies must earn their trust. Once the initial
-      design is in, the GP (fitted on the proxies) ranks the hyperparameters by their predicted value at
+      design has been suggested and two of its results are in, the GP (fitted on the proxies) ranks the hyperparameters by their predicted value at
       the target, and ``k`` of them spread over that ranking (the predicted best, the worst, and evenly
       in between) are run at the target size and the smallest budget. If the target's values rank them
       with a Spearman correlation below ``proxy_rho`` to what the GP predicted at that fidelity, the
@@ -712,7 +712,6 @@ class JFHPOSearcher(BaseSearcher):
             self._decide()
 
     def _decide(self) -> None:
-
         check = self._check
         pairs = [(p, y) for p, y in zip(check["predicted"], check["observed"]) if y is not None]
         rho = float(spearmanr(*zip(*pairs)).statistic) if len(pairs) >= 3 else float("nan")
