@@ -222,7 +222,7 @@ def _hpo_bench(args: argparse.Namespace) -> None:
         spec=args.spec, real_seeds=args.real_seeds, budget=args.budget, study_budget=args.study_budget,
         margins=tuple(args.margin or MARGINS), runs_root=Path(args.runs).expanduser(), table=args.table,
         replay_seeds=args.replay_seeds, study_budgets=tuple(args.study_budgets), eps=args.eps, force=args.force,
-        jobs=args.jobs)
+        jobs=args.jobs, reeval_seeds=args.reeval_seeds)
 
 
 def _hpo_table(args: argparse.Namespace) -> None:
@@ -401,6 +401,9 @@ def main(argv: list[str] | None = None) -> int:
                      help="(b) a threshold = the target base model's eval + margin; repeat for several "
                           "(default: 0.01 and 0.02)")
     hpo.add_argument("--runs", default="runs/sweeps", help="(b) where the studies' trial directories go")
+    hpo.add_argument("--reeval-seeds", type=comma_list(int), default=None,
+                     help="(b) when the studies ran a table's setting: retrain each recommendation at the target "
+                          "with these fresh training seeds, e.g. 1,2 (runs/hpo-reeval/; finished runs are read back)")
     hpo.add_argument("--table", default="dashboards/hpo-table-mup/table.json",
                      help="(c) the table of learning curves (isosweep hpo-table's table.json)")
     hpo.add_argument("--replay-seeds", type=int, default=20, help="(c) searcher seeds per method (default: 20)")

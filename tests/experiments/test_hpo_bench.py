@@ -98,3 +98,9 @@ def test_a_live_recommendation_is_scored_at_the_tables_nearest_grid_point_beside
     assert scored["replay"]["mann_whitney_p"] == pytest.approx(
         mannwhitneyu(expected, replay_regrets, alternative="two-sided").pvalue)
     assert "replay" not in against_table(summaries, table, None, 4.0)["methods"]["jfhpo"]
+    # recommendations retrained with fresh seeds: their own values, their regret against the table's best
+    fresh = {"lr_ref=9e-05,kl_coef=0.0011": {1: 0.61, 2: 0.63}}
+    again = against_table(summaries, table, None, 4.0, fresh)["methods"]["jfhpo"]
+    assert again["per_seed"][0]["fresh"] == {"1": 0.61, "2": 0.63}
+    assert again["per_seed"][0]["fresh_regret"] == pytest.approx(curves.best - 0.62)
+    assert "fresh" not in again["per_seed"][1] and again["fresh_regret_mean"] == pytest.approx(curves.best - 0.62)

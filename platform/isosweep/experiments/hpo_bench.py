@@ -73,12 +73,45 @@ def nearest_grid_point(params: dict[str, float], grid: dict[str, list[float]]) -
     return chosen
 
 
+def reevaluate(summaries: dict[str, list[dict]], table: dict[str, Any], spec_path: str | Path, seeds: list[int],
+               out: str | Path, log: Callable[[str], None] = say) -> dict[str, dict[int, float]]:
+    """Each distinct recommendation of the live studies trained again at the target and C with the fresh
+    training ``seeds``, in this process, the way the table's curves were trained (``spec_path``: the table's
+    spec). Returns ``{config_key: {seed: final value}}``; a finished run in ``out`` is read back, not rerun."""
+    from isosweep.experiments.hpo_table import cell_trial, config_key, finished, load_table_spec
+    from isosweep.trial.files import TrialDir
+    from isosweep.trial.loop import train_loop  # reason: torch, DeepSpeed: only when recommendations are rerun
+
+    spec_path = Path(spec_path)
+    spec, _ = load_table_spec(spec_path)
+    if spec.name != table["name"]:
+        raise ConfigError(f"{spec_path}: the spec of table {spec.name!r}, not of {table['name']!r}")
+    target = spec.sizes[-1]
+    picks = {config_key(r["recommended"]): r["recommended"] for rs in summaries.values() for r in rs
+             if r["recommended"] is not None}
+    values: dict[str, dict[int, float]] = {}
+    for key, config in picks.items():
+        values[key] = {}
+        for seed in seeds:
+            cfg = cell_trial(spec, spec_path.parent / spec.trial, target, dict(config), seed)
+            folder = Path(out) / f"{key},seed={seed}"
+            if not finished(cfg, folder):
+                log(f"[hpo-bench] re-evaluating {key} on {target} with training seed {seed}")
+                folder.mkdir(parents=True, exist_ok=True)
+                train_loop(cfg, folder, log=log)
+            values[key][seed] = float(TrialDir(folder).records()[-1][f"eval/mean@{cfg.eval.k}"])
+    return values
+
+
 def against_table(results: dict[str, list[dict]], table: dict[str, Any], replayed: dict[str, Any] | None = None,
-                  study_budget: float | None = None) -> dict[str, Any]:
+                  study_budget: float | None = None, fresh: dict[str, dict[int, float]] | None = None
+                  ) -> dict[str, Any]:
     """Live studies scored like the replay: each recommendation at the table's nearest grid point, its true value
     the table's mean over its training seeds at the target and C, its regret against the table's best; per
     method, those regrets beside the replayed studies' of the same method at ``study_budget`` (Nx), with a
-    Mann-Whitney test of the two samples (a small live sample: only a large disagreement can show)."""
+    Mann-Whitney test of the two samples (a small live sample: only a large disagreement can show). ``fresh``
+    (:func:`reevaluate`): each recommendation's own values retrained with fresh seeds, and their regret
+    against the table's best (noisy: one curve per seed, off the grid)."""
     from scipy.stats import mannwhitneyu  # reason: only when live studies are scored against a table
 
     from isosweep.experiments.hpo_replay import Curves
@@ -93,11 +126,19 @@ def against_table(results: dict[str, list[dict]], table: dict[str, Any], replaye
                 rows.append({"sweep_id": r["sweep_id"], "recommended": None, "grid_point": None, "regret": None})
                 continue
             key = config_key(nearest_grid_point(r["recommended"], curves.spec.grid))
-            rows.append({"sweep_id": r["sweep_id"], "recommended": r["recommended"], "grid_point": key,
-                         "true_value": curves.true[key], "regret": curves.best - curves.true[key]})
+            row = {"sweep_id": r["sweep_id"], "recommended": r["recommended"], "grid_point": key,
+                   "true_value": curves.true[key], "regret": curves.best - curves.true[key]}
+            again = (fresh or {}).get(config_key(r["recommended"]))
+            if again:
+                row["fresh"] = {str(seed): value for seed, value in again.items()}
+                row["fresh_regret"] = curves.best - statistics.fmean(again.values())
+            rows.append(row)
         live = [row["regret"] for row in rows if row["regret"] is not None]
         entry: dict[str, Any] = {"per_seed": rows, "regret_median": statistics.median(live) if live else None,
                                  "regret_mean": statistics.fmean(live) if live else None}
+        retrained = [row["fresh_regret"] for row in rows if "fresh_regret" in row]
+        if retrained:
+            entry["fresh_regret_mean"] = statistics.fmean(retrained)
         study = (replayed or {}).get("studies", {}).get(f"table@{study_budget:g}x") if study_budget else None
         if study is not None and method in study.get("summary", {}):
             row = study["summary"][method]
@@ -185,7 +226,8 @@ def compare(results: dict[str, list[dict]], seeds: list[int], margins: tuple[flo
 
 
 def score_live(summaries: dict[str, list[dict]], study_budget: float, table_path: str | Path,
-               replayed: dict[str, Any] | None, runs_path: Path, log: Callable[[str], None] = say
+               replayed: dict[str, Any] | None, runs_path: Path, log: Callable[[str], None] = say,
+               reeval_seeds: list[int] | None = None, reeval_out: str | Path = "runs/hpo-reeval"
                ) -> dict[str, Any] | None:
     """The live studies scored against the table (:func:`against_table`) when they ran its setting -- the same
     sizes, C and searched keys -- else None. ``study_budget``: the studies' budget in full target trials (the
@@ -202,14 +244,22 @@ def score_live(summaries: dict[str, list[dict]], study_budget: float, table_path
         log(f"[hpo-bench] the live studies do not search {table['name']}'s setting: not scored against it")
         return None
     runs = json.loads(runs_path.read_text()) if runs_path.exists() else {}
-    scored = against_table(summaries, table, {**(replayed or {}), "runs": runs}, round(study_budget, 3))
+    fresh = None
+    if reeval_seeds:
+        spec_path = Path("sweeps") / "tables" / f"{table['name']}.yaml"
+        fresh = reevaluate(summaries, table, spec_path, reeval_seeds, Path(reeval_out) / table["name"], log)
+    scored = against_table(summaries, table, {**(replayed or {}), "runs": runs}, round(study_budget, 3), fresh)
+    if reeval_seeds:
+        scored["fresh_seeds"] = list(reeval_seeds)
     for method, row in scored["methods"].items():
         replay_row = row.get("replay", {})
         log(f"[hpo-bench] live {method} scored on {table['name']}: regrets "
             + ", ".join("n/a" if r["regret"] is None else f"{r['regret']:.4f} ({r['grid_point']})"
                         for r in row["per_seed"])
             + (f"; replay at {replay_row['study']}: median {replay_row['regret_median']:.4f}, Mann-Whitney p "
-               f"{replay_row.get('mann_whitney_p', float('nan')):.2f}" if replay_row else ""))
+               f"{replay_row.get('mann_whitney_p', float('nan')):.2f}" if replay_row else "")
+            + (f"; retrained with fresh seeds: mean regret {row['fresh_regret_mean']:.4f}"
+               if "fresh_regret_mean" in row else ""))
     return scored
 
 
@@ -218,7 +268,8 @@ def run(out: str | Path, part: str = "all", seeds: int = 3, cost_budget: float =
         study_budget: str | None = None, margins: tuple[float, ...] = MARGINS, runs_root: str | Path = "runs/sweeps",
         table: str | Path = "dashboards/hpo-table-mup/table.json", replay_seeds: int = 20,
         study_budgets: tuple[float, ...] = (4.0, 8.0), eps: float = 0.01, dashboards: str | Path = "dashboards/hpo-bench",
-        force: bool = False, jobs: int = 1, log: Callable[[str], None] = say) -> dict:
+        force: bool = False, jobs: int = 1, reeval_seeds: list[int] | None = None,
+        log: Callable[[str], None] = say) -> dict:
     """Run ``part`` (``synthetic``, ``real``, ``table`` or ``all``) and merge its figures into ``out``.
 
     The table part refuses a table that does not meet its signal check (a ConfigError) unless ``force``;
@@ -252,7 +303,8 @@ def run(out: str | Path, part: str = "all", seeds: int = 3, cost_budget: float =
                     prefix="real_study" if name == "jfhpo" else f"{key}_study")
         summaries = live.pop("summaries")
         scored = score_live(summaries, study.study_budget / study.cost(study.target, study.budget), table,
-                            result.get("table"), Path(dashboards) / "table_runs.json", log)
+                            result.get("table"), Path(dashboards) / "table_runs.json", log,
+                            reeval_seeds=reeval_seeds)
         if scored is not None:
             live["against_table"] = scored
         result[key] = live
