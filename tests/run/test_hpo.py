@@ -394,3 +394,19 @@ def test_the_proxy_checks_verdict_is_a_progress_line_and_a_line_of_the_trials_ta
     assert "proxy check" not in table_text({**result, "proxy_verdict": None})
     assert ("proxy check: Spearman rho -0.50 over 3 configurations at the target -> proxies distrusted, target-only "
             "search") in table_text({**result, "proxy_verdict": distrusted})
+
+
+def test_asha_draws_its_own_configurations_not_random_searchs_at_the_same_seed(tmp_path):
+    from isosweep.run.hpo import asha_seed
+
+    data = yaml.safe_load(SMOKE.read_text())
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump({**data, "trial": str(ROOT / "sweeps" / "trials" / "easy.yaml")}))
+    drawn = {}
+    for search in ("random", "asha"):
+        searcher = make_searcher(load_hpo(path, overrides={"search": search, "seed": 3}))
+        drawn[search] = [searcher.suggest(f"t{i}") for i in range(3)]
+    assert drawn["random"] != drawn["asha"]
+    again = make_searcher(load_hpo(path, overrides={"search": "asha", "seed": 3}))
+    assert [again.suggest(f"t{i}") for i in range(3)] == drawn["asha"]  # still a function of the study's seed
+    assert asha_seed(3) == asha_seed(3) != asha_seed(4)

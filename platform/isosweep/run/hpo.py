@@ -29,6 +29,7 @@ continues the search where it stopped.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -325,7 +326,15 @@ def make_searcher(study: HPOStudy):
                              num_restarts=spec.jfhpo.num_restarts, raw_samples=spec.jfhpo.raw_samples,
                              proxy_check=spec.jfhpo.proxy_check, proxy_rho=spec.jfhpo.proxy_rho,
                              proxy_budget=None if share is None else share * study.study_budget, **common)
+    if spec.search == "asha":  # its own random stream: not the configurations random search draws for this seed
+        common["seed"] = asha_seed(spec.seed)
     return RandomSearcher(study.space, study.metric, "max", **common)
+
+
+def asha_seed(seed: int) -> int:
+    """The random-configuration seed of an ASHA study with searcher seed ``seed``: a stream of its own, so ASHA
+    and random search at one seed are two draws, not one (a study started before this keeps its saved stream)."""
+    return int.from_bytes(hashlib.sha256(f"asha:{seed}".encode()).digest()[:4], "little")
 
 
 def make_stopper(study: HPOStudy) -> DynamicsStopper:
