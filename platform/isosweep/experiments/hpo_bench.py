@@ -28,14 +28,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from scipy.stats import mannwhitneyu
+
 from isosweep.experiments.hartmann import compare_on_hartmann
+from isosweep.experiments.hpo_replay import Curves
 from isosweep.experiments.hpo_replay import run as replay
+from isosweep.experiments.hpo_table import cell_trial, config_key, finished, load_table_spec
 from isosweep.report.hpo import plot_trajectories
 from isosweep.report.tables import fmt
 from isosweep.run.core import say
 from isosweep.run.hpo import run_hpo
 from isosweep.spec.hpo import load_hpo
 from isosweep.spec.yamlio import ConfigError
+from isosweep.trial.files import TrialDir
 
 METHODS = ("jfhpo", "random", "asha")
 MARGINS = (0.01, 0.02)  # thresholds: the target base model's eval + each margin
@@ -78,8 +83,6 @@ def reevaluate(summaries: dict[str, list[dict]], table: dict[str, Any], spec_pat
     """Each distinct recommendation of the live studies trained again at the target and C with the fresh
     training ``seeds``, in this process, the way the table's curves were trained (``spec_path``: the table's
     spec). Returns ``{config_key: {seed: final value}}``; a finished run in ``out`` is read back, not rerun."""
-    from isosweep.experiments.hpo_table import cell_trial, config_key, finished, load_table_spec
-    from isosweep.trial.files import TrialDir
     from isosweep.trial.loop import train_loop  # reason: torch, DeepSpeed: only when recommendations are rerun
 
     spec_path = Path(spec_path)
@@ -112,11 +115,6 @@ def against_table(results: dict[str, list[dict]], table: dict[str, Any], replaye
     Mann-Whitney test of the two samples (a small live sample: only a large disagreement can show). ``fresh``
     (:func:`reevaluate`): each recommendation's own values retrained with fresh seeds, and their regret
     against the table's best (noisy: one curve per seed, off the grid)."""
-    from scipy.stats import mannwhitneyu  # reason: only when live studies are scored against a table
-
-    from isosweep.experiments.hpo_replay import Curves
-    from isosweep.experiments.hpo_table import config_key
-
     curves = Curves(table)
     out: dict[str, Any] = {"table": table["name"], "best": curves.best, "methods": {}}
     for method, rs in results.items():
