@@ -69,19 +69,14 @@ def small_table(grid: dict[str, list[float]]) -> dict:
 def test_a_live_recommendation_is_scored_at_the_tables_nearest_grid_point_beside_the_replay():
     from scipy.stats import mannwhitneyu
 
-    from isosweep.experiments.hpo_bench import against_table, nearest_grid_point
+    from isosweep.experiments.hpo_bench import against_table
     from isosweep.experiments.hpo_replay import Curves
 
     grid = {"algorithm.lr_ref": [3e-6, 1e-5, 3e-5, 1e-4, 3e-4], "algorithm.kl_coef": [1e-3, 3e-2]}
-    # log distance: 5.4e-5 is nearer 3e-5 than 1e-4 in log space (ratios 1.8 vs 1.85), though not linearly
-    assert nearest_grid_point({"algorithm.lr_ref": 5.4e-5, "algorithm.kl_coef": 0.004}, grid) == {
-        "algorithm.lr_ref": 3e-5, "algorithm.kl_coef": 1e-3}
-    assert nearest_grid_point({"algorithm.lr_ref": 5.6e-5, "algorithm.kl_coef": 0.006}, grid) == {
-        "algorithm.lr_ref": 1e-4, "algorithm.kl_coef": 3e-2}
-    assert nearest_grid_point({"x": 0.3}, {"x": [0.1, 0.4]}) == {"x": 0.4}  # a linear axis
     table = small_table(grid)
     curves = Curves(table)
-    picks = [{"algorithm.lr_ref": 9e-5, "algorithm.kl_coef": 1.1e-3}, {"algorithm.lr_ref": 4e-6, "algorithm.kl_coef": 2e-2}]
+    # log distance, as the replay snaps: 5.4e-5 is nearer 3e-5 than 1e-4 (ratios 1.8 and 1.85), kl 0.006 nearer 3e-2
+    picks = [{"algorithm.lr_ref": 9e-5, "algorithm.kl_coef": 1.1e-3}, {"algorithm.lr_ref": 5.4e-5, "algorithm.kl_coef": 6e-3}]
     summaries = {"jfhpo": [{"sweep_id": f"s{i}", "recommended": p} for i, p in enumerate(picks)]
                  + [{"sweep_id": "s2", "recommended": None}]}
     replay_regrets = [0.0, 0.01, 0.02, 0.2]
@@ -90,7 +85,7 @@ def test_a_live_recommendation_is_scored_at_the_tables_nearest_grid_point_beside
                 "runs": {"table@4x": {"jfhpo": [{"regret": r} for r in replay_regrets]}}}
     scored = against_table(summaries, table, replayed, 4.0)["methods"]["jfhpo"]
     rows = scored["per_seed"]
-    assert [r["grid_point"] for r in rows] == ["lr_ref=0.0001,kl_coef=0.001", "lr_ref=3e-06,kl_coef=0.03", None]
+    assert [r["grid_point"] for r in rows] == ["lr_ref=0.0001,kl_coef=0.001", "lr_ref=3e-05,kl_coef=0.03", None]
     expected = [curves.best - curves.true[r["grid_point"]] for r in rows[:2]]
     assert [r["regret"] for r in rows[:2]] == pytest.approx(expected) and rows[2]["regret"] is None
     assert scored["regret_mean"] == pytest.approx(sum(expected) / 2)

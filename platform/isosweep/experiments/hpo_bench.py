@@ -31,7 +31,7 @@ from typing import Any
 from scipy.stats import mannwhitneyu
 
 from isosweep.experiments.hartmann import compare_on_hartmann
-from isosweep.experiments.hpo_replay import Curves
+from isosweep.experiments.hpo_replay import Curves, search_space, snap
 from isosweep.experiments.hpo_replay import run as replay
 from isosweep.experiments.hpo_table import cell_trial, config_key, finished, load_table_spec
 from isosweep.report.hpo import plot_trajectories
@@ -67,17 +67,6 @@ def reach(trajectory: list[dict[str, Any]], threshold: float) -> float | None:
     return None
 
 
-def nearest_grid_point(params: dict[str, float], grid: dict[str, list[float]]) -> dict[str, float]:
-    """``params`` moved to the grid: each axis to its nearest value (by log distance on an axis of positive
-    values spanning a decade or more, linearly otherwise)."""
-    chosen = {}
-    for key, values in grid.items():
-        value = float(params[key])
-        log = min(values) > 0 and max(values) / min(values) >= 10 and value > 0
-        chosen[key] = min(values, key=(lambda v: abs(math.log(v) - math.log(value))) if log else (lambda v: abs(v - value)))
-    return chosen
-
-
 def reevaluate(summaries: dict[str, list[dict]], table: dict[str, Any], spec_path: str | Path, seeds: list[int],
                out: str | Path, log: Callable[[str], None] = say) -> dict[str, dict[int, float]]:
     """Each distinct recommendation of the live studies trained again at the target and C with the fresh
@@ -109,13 +98,15 @@ def reevaluate(summaries: dict[str, list[dict]], table: dict[str, Any], spec_pat
 def against_table(results: dict[str, list[dict]], table: dict[str, Any], replayed: dict[str, Any] | None = None,
                   study_budget: float | None = None, fresh: dict[str, dict[int, float]] | None = None
                   ) -> dict[str, Any]:
-    """Live studies scored like the replay: each recommendation at the table's nearest grid point, its true value
+    """Live studies scored like the replay: each recommendation at the table's nearest grid point (the replay's
+    :func:`~isosweep.experiments.hpo_replay.snap`: log distance on log axes), its true value
     the table's mean over its training seeds at the target and C, its regret against the table's best; per
     method, those regrets beside the replayed studies' of the same method at ``study_budget`` (Nx), with a
     Mann-Whitney test of the two samples (a small live sample: only a large disagreement can show). ``fresh``
     (:func:`reevaluate`): each recommendation's own values retrained with fresh seeds, and their regret
     against the table's best (noisy: one curve per seed, off the grid)."""
     curves = Curves(table)
+    space = search_space(curves)
     out: dict[str, Any] = {"table": table["name"], "best": curves.best, "methods": {}}
     for method, rs in results.items():
         rows = []
@@ -123,7 +114,7 @@ def against_table(results: dict[str, list[dict]], table: dict[str, Any], replaye
             if r["recommended"] is None:
                 rows.append({"sweep_id": r["sweep_id"], "recommended": None, "grid_point": None, "regret": None})
                 continue
-            key = config_key(nearest_grid_point(r["recommended"], curves.spec.grid))
+            _, key, _ = snap(curves, space, space.at_target(r["recommended"]))  # as the replay snaps a proposal
             row = {"sweep_id": r["sweep_id"], "recommended": r["recommended"], "grid_point": key,
                    "true_value": curves.true[key], "regret": curves.best - curves.true[key]}
             again = (fresh or {}).get(config_key(r["recommended"]))

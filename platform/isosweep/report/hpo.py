@@ -56,15 +56,21 @@ def table_text(result: dict[str, Any]) -> str:
     lines.append(f"best {metric} at the target ({result['target']}): "
                  + (f"{bt['value']:.3f} by {bt['trial']} " + ", ".join(f"{k}={v:.3g}" for k, v in bt['params'].items())
                     if bt else "none (no target-size trial evaluated)"))
-    verdict = result.get("proxy_verdict")
-    if verdict:
-        rho = "undefined" if verdict["rho"] is None else f"{verdict['rho']:+.2f}"
-        lines.append(f"proxy check: Spearman rho {rho} over {verdict['pairs']} configurations at the target -> "
-                     + ("proxies trusted" if verdict["trusted"] else "proxies distrusted, target-only search"))
+    if result.get("proxy_verdict"):
+        lines.append(verdict_text(result["proxy_verdict"], result["target"]))
     if result["recommended"]:
         lines.append("recommended configuration for the target: "
                      + ", ".join(f"{k}={v:.3g}" for k, v in result["recommended"].items()))
     return "\n".join(lines)
+
+
+def verdict_text(verdict: dict[str, Any], target: str) -> str:
+    """A finished proxy check (``JFHPOSearcher.proxy_verdict``) in words."""
+    rho = "undefined" if verdict["rho"] is None else f"{verdict['rho']:+.2f}"
+    then = ("the proxies keep informing the search" if verdict["trusted"] else
+            f"the rest of the study runs at {target} only, its GP fitted on {target}'s values")
+    return (f"proxy check: {target} ranks the {verdict['pairs']} checked configurations with Spearman rho {rho} "
+            f"to the proxies' prediction (trusted at >= {verdict['threshold']:g}): {then}")
 
 
 def write_summary(result: dict[str, Any], out: Path, dashboards: Path | None) -> list[Path]:

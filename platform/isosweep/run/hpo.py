@@ -40,7 +40,7 @@ from ray.tune.search import Searcher
 from isosweep.hpo.ledger import StudyLedger, TrialEntry
 from isosweep.hpo.searcher import JFHPOSearcher, RandomSearcher, asha_scheduler, read_json_state, write_json_state
 from isosweep.hpo.stopping import DynamicsStopper
-from isosweep.report.hpo import summary, table_text, write_summary
+from isosweep.report.hpo import summary, table_text, verdict_text, write_summary
 from isosweep.run.core import Progress, TrialJob, check_problem_sets, duration, open_study, run_trials, say, trial_of
 from isosweep.run.lock import release_study
 from isosweep.spec.hpo import HPOStudy
@@ -271,7 +271,7 @@ class StudySearch(Searcher):
             self.inner.on_trial_complete(entry.inner_id, self._as_gain(key, final), error=error and not records)
             verdict = getattr(self.inner, "proxy_verdict", None)
             if verdict is not None and decided is None:
-                self.log(proxy_verdict_line(verdict, self.study.target))
+                self.log(f"[hpo] {verdict_text(verdict, self.study.target)}")
         self.unlogged.append({"key": key, "point": len(self.ledger.trajectory) - 1,
                               "reason": str(reason)[:5000] if reason is not None else None})
         self.save_state()
@@ -283,15 +283,6 @@ class StudySearch(Searcher):
                  f"{study.spec.metric}@{study.k} {shown} | cost {entry.cost:,.0f} | spent "
                  f"{self.ledger.spent:,.0f}/{study.study_budget:,.0f} ({self.ledger.spent / study.study_budget:.0%}) | "
                  f"incumbent at {study.target}: " + (f"{incumbent:.3f}" if incumbent is not None else "none yet"))
-
-
-def proxy_verdict_line(verdict: dict[str, Any], target: str) -> str:
-    """The progress line of a finished proxy check (``JFHPOSearcher.proxy_verdict``)."""
-    rho = "undefined" if verdict["rho"] is None else f"{verdict['rho']:+.2f}"
-    then = ("the proxies keep informing the search" if verdict["trusted"] else
-            f"the rest of the study runs at {target} only, its GP fitted on {target}'s values")
-    return (f"[hpo] proxy check: {target} ranks the {verdict['pairs']} checked configurations with Spearman rho "
-            f"{rho} to the proxies' prediction (trusted at >= {verdict['threshold']:g}): {then}")
 
 
 class StudyProgress:
