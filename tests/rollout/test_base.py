@@ -11,8 +11,9 @@ class Recorder:
     def __init__(self):
         self.policy_version, self.prompts, self.weights = 0, [], None
 
-    def generate(self, prompts, n, seed):
+    def generate(self, prompts, n, seed, temperature=None):
         self.prompts.append(list(prompts))
+        self.temperature = temperature
         return Rollouts([[1]] * len(prompts) * n, [[2]] * len(prompts) * n, [[0.0]] * len(prompts) * n,
                         ["4"] * len(prompts) * n, self.policy_version)
 
@@ -26,6 +27,9 @@ def test_prompts_are_templated_and_weights_and_versions_pass_through():
     rollouts = engine.generate(["2+2=", "3+3="], n=2, seed=0)
     assert inner.prompts == [["<user>2+2=<assistant>", "<user>3+3=<assistant>"]]
     assert rollouts.texts == ["4"] * 4  # completions come back as the engine made them
+    assert inner.temperature is None
+    engine.generate(["2+2="], n=1, seed=0, temperature=0.5)
+    assert inner.temperature == 0.5  # an evaluation's own temperature reaches the engine
     engine.update_weights({"w": 1}, version=3)
     assert inner.weights == {"w": 1} and engine.policy_version == inner.policy_version == 3 and inner.at_precision
     engine.update_weights({"w": 2}, version=4, at_precision=False)  # an evaluation's bf16 weights pass through too

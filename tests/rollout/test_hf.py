@@ -37,6 +37,17 @@ def test_logprobs_match_a_full_forward_recompute(engine):
     assert torch.allclose(recomputed[mask], batch["rollout_logp"][mask], atol=1e-4)
 
 
+def test_a_temperature_for_one_call_samples_as_an_engine_built_at_it(engine):
+    """``generate(temperature=T)`` (how a trial evaluates at ``eval.temperature``) draws what an engine built at T
+    draws from the same seed, reports T's post-temperature log-probs, and leaves the engine's own T alone."""
+    at_half = HFEngine(engine.model, engine.tokenizer, max_new_tokens=6, temperature=0.5)
+    a, b = engine.generate(PROMPTS, n=4, seed=3, temperature=0.5), at_half.generate(PROMPTS, n=4, seed=3)
+    assert a.completion_ids == b.completion_ids and a.logprobs == b.logprobs
+    own = engine.generate(PROMPTS, n=4, seed=3)
+    assert engine.temperature == 0.7 and own.logprobs != a.logprobs
+    assert own.completion_ids == engine.generate(PROMPTS, n=4, seed=3, temperature=None).completion_ids
+
+
 def test_sampling_is_seeded_and_shaped(engine):
     a = engine.generate(PROMPTS, n=3, seed=5)
     b = engine.generate(PROMPTS, n=3, seed=5)

@@ -109,12 +109,12 @@ def fp8_engine(model_path: str) -> VLLMEngine:
     return start(model_path, "fp8")
 
 
-def logp_error(model: torch.nn.Module, rollouts: Rollouts) -> torch.Tensor:
-    """``(completion tokens,)``: |rollout log-prob - the model's recomputed post-temperature log-prob|."""
+def logp_error(model: torch.nn.Module, rollouts: Rollouts, temperature: float = TEMPERATURE) -> torch.Tensor:
+    """``(completion tokens,)``: |rollout log-prob - the model's recomputed post-``temperature`` log-prob|."""
     batch = pack(rollouts, pad_id=0)
     with torch.no_grad():
         logits = model(input_ids=batch["ids"], attention_mask=batch["attention"]).logits[:, :-1].float()
-    recomputed = token_logprobs(logits, batch["ids"][:, 1:], TEMPERATURE)
+    recomputed = token_logprobs(logits, batch["ids"][:, 1:], temperature)
     mask = batch["mask"].bool()
     assert int(mask.sum()) == rollouts.num_tokens
     return (recomputed[mask] - batch["rollout_logp"][mask]).abs()
@@ -157,6 +157,15 @@ def test_logprobs_match_the_fp32_trainer(bf16_error: torch.Tensor) -> None:
     mean, worst = float(bf16_error.mean()), float(bf16_error.max())
     print(f"\nbf16 vLLM vs fp32 trainer: mean |dlogp| {mean:.4f}, max {worst:.4f} over {bf16_error.numel()} tokens")
     assert mean < BF16_TOLERANCE
+
+
+def test_a_temperature_for_one_call_is_the_one_sampled_at(bf16_engine: VLLMEngine, trainer: torch.nn.Module,
+                                                          prompts: list[str]) -> None:
+    """``generate(temperature=T)`` (a trial's evaluation at ``eval.temperature``) samples at T: its log-probs are
+    the trainer's at T, not at the engine's own temperature, which the next call uses again."""
+    hot = bf16_engine.generate(prompts, N, seed=2, temperature=1.5)
+    assert logp_error(trainer, hot, 1.5).mean() < BF16_TOLERANCE < logp_error(trainer, hot).mean()
+    assert logp_error(trainer, bf16_engine.generate(prompts, N, seed=2)).mean() < BF16_TOLERANCE
 
 
 def test_sampling_is_seeded_and_shaped(bf16_engine: VLLMEngine, prompts: list[str]) -> None:

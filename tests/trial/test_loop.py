@@ -57,6 +57,18 @@ def test_the_eval_set_is_the_same_for_every_training_seed_and_its_counts_give_th
     assert evaluate(engine, other, cfg)[EVAL_SET_KEY] != result[EVAL_SET_KEY]
 
 
+def test_eval_temperature_scores_every_trial_the_same_way_whatever_it_samples_its_rollouts_at(base_model):
+    """With ``eval.temperature`` set, a trial whose rollouts sample at 0.5 is scored as one at 1.0 (the same
+    counts from the same weights and seed); without it, each is scored at its own rollout temperature."""
+    model, tok = AutoModelForCausalLM.from_pretrained(base_model), AutoTokenizer.from_pretrained(base_model)
+    cool, warm = HFEngine(model, tok, 8, 0.5), HFEngine(model, tok, 8, 1.0)
+    problems = problem_sets(load_trial(EASY, SHORT), str(base_model), warm).eval
+    scored_at_1 = load_trial(EASY, [*SHORT, "rollout.temperature=0.5", "eval.temperature=1.0"])
+    assert evaluate(cool, problems, scored_at_1)[COUNTS_KEY] == evaluate(warm, problems, load_trial(EASY, SHORT))[COUNTS_KEY]
+    own = evaluate(cool, problems, load_trial(EASY, [*SHORT, "rollout.temperature=0.5"]))
+    assert own[COUNTS_KEY] != evaluate(cool, problems, scored_at_1)[COUNTS_KEY]
+
+
 def test_short_trial_writes_metrics_and_checkpoints(base_model, tmp_path):
     cfg = load_trial(EASY, SHORT)
     records = train_loop(cfg, tmp_path)

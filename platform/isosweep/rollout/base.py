@@ -54,7 +54,9 @@ class RolloutEngine(Protocol):
 
     policy_version: int
 
-    def generate(self, prompts: Sequence[str], n: int, seed: int) -> Rollouts: ...
+    def generate(self, prompts: Sequence[str], n: int, seed: int, temperature: float | None = None) -> Rollouts:
+        """``n`` completions per prompt at ``temperature`` (None: the engine's own)."""
+        ...
 
     def update_weights(self, state_dict: Mapping[str, Tensor], version: int, at_precision: bool = True) -> None:
         """Serve ``state_dict`` as policy ``version``, rounded to the engine's rollout precision; with
@@ -78,8 +80,8 @@ class TemplatedEngine:
     def policy_version(self) -> int:
         return self.engine.policy_version
 
-    def generate(self, prompts: Sequence[str], n: int, seed: int) -> Rollouts:
-        return self.engine.generate([self.template(p) for p in prompts], n, seed)
+    def generate(self, prompts: Sequence[str], n: int, seed: int, temperature: float | None = None) -> Rollouts:
+        return self.engine.generate([self.template(p) for p in prompts], n, seed, temperature)
 
     def update_weights(self, state_dict: Mapping[str, Tensor], version: int, at_precision: bool = True) -> None:
         self.engine.update_weights(state_dict, version, at_precision)

@@ -95,8 +95,9 @@ class HFEngine:
         self.model.load_state_dict(state_dict, strict=True)
         self.policy_version = version
 
-    def generate(self, prompts: Sequence[str], n: int, seed: int) -> Rollouts:
-        """Sample ``n`` completions for each prompt; deterministic for a given ``seed`` and weights."""
+    def generate(self, prompts: Sequence[str], n: int, seed: int, temperature: float | None = None) -> Rollouts:
+        """Sample ``n`` completions for each prompt at ``temperature`` (None: the engine's); deterministic for a
+        given ``seed`` and weights."""
         encoded = self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
         prompt_ids = [ids for ids in encoded for _ in range(n)]
         generator = torch.Generator(device=next(self.model.parameters()).device).manual_seed(seed)
@@ -105,7 +106,7 @@ class HFEngine:
         for start in range(0, len(prompt_ids), self.batch_size):
             chunk = prompt_ids[start:start + self.batch_size]
             tokens, logp, lengths = sample_tokens(
-                self.model, chunk, self.max_new_tokens, self.temperature,
+                self.model, chunk, self.max_new_tokens, self.temperature if temperature is None else temperature,
                 self.tokenizer.eos_token_id, self.tokenizer.pad_token_id, generator,
             )
             for row, length in enumerate(lengths.tolist()):

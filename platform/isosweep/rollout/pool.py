@@ -82,12 +82,12 @@ class RolloutPool:
 
         return RolloutPool([ray.get_actor(name, namespace=ACTOR_NAMESPACE) for name in names])
 
-    def generate(self, prompts: Sequence[str], n: int, seed: int) -> Rollouts:
+    def generate(self, prompts: Sequence[str], n: int, seed: int, temperature: float | None = None) -> Rollouts:
         import ray
 
         size = -(-len(prompts) // len(self.actors))
         chunks = [list(prompts[i:i + size]) for i in range(0, len(prompts), size)]
-        parts = ray.get([actor.generate.remote(chunk, n, seed * 131 + i)
+        parts = ray.get([actor.generate.remote(chunk, n, seed * 131 + i, temperature)
                          for i, (actor, chunk) in enumerate(zip(self.actors, chunks))])
         versions = {part.policy_version for part in parts}
         if len(versions) != 1:

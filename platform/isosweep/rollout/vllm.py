@@ -260,14 +260,15 @@ class VLLMEngine:
         """Leave the trainer's NCCL group; the engine keeps serving."""
         self.llm.shutdown_weight_transfer_engine()
 
-    def generate(self, prompts: Sequence[str], n: int, seed: int) -> Rollouts:
-        """Sample ``n`` completions for each prompt; deterministic for a given ``seed`` and weights."""
+    def generate(self, prompts: Sequence[str], n: int, seed: int, temperature: float | None = None) -> Rollouts:
+        """Sample ``n`` completions for each prompt at ``temperature`` (None: the engine's); deterministic for a
+        given ``seed`` and weights."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
         encoded = self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
         params = [
-            SamplingParams(n=n, temperature=self.temperature, top_k=0, top_p=1.0, max_tokens=self.max_new_tokens,
+            SamplingParams(n=n, temperature=self.temperature if temperature is None else temperature, top_k=0, top_p=1.0, max_tokens=self.max_new_tokens,
                            logprobs=0, seed=prompt_seed(seed, index), detokenize=False)
             for index in range(len(encoded))
         ]

@@ -141,7 +141,7 @@ class TrialPoint:
 
 ADDED_LATER = {"task": {"dataset_config": None, "train_split": "train", "eval_split": None,
                         "columns": {"prompt": "prompt", "answer": "answer"}, "prompt_format": "auto"},
-               "eval": {"checkpoint_every": 100},
+               "eval": {"checkpoint_every": 100, "temperature": None},
                "algorithm": {"width_ref": None, "width_scaling": "all", "lr_warmup": 0.0}}
 """Trial keys added after sweeps were first run, with their defaults: left out of a sweep's id while at their
 default, so a sweep file keeps its id -- and a rerun resumes it -- across versions of isosweep."""

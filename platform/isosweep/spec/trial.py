@@ -245,6 +245,10 @@ class EvalConfig(Section):
     """Samples per eval problem (n_eval); the estimators are unbiased for any k <= samples."""
     k: int = Field(4, gt=0)
     """k of mean@k, best@k and worst@k."""
+    temperature: float | None = Field(None, gt=0)
+    """Sampling temperature of the evaluation. None (the default): the rollouts' ``rollout.temperature``. Set it
+    (to 1.0, say) when trials differ in ``rollout.temperature`` -- an HPO study that searches it -- so that every
+    trial is scored the same way, whatever temperature it trained at."""
 
     @model_validator(mode="after")
     def _k_fits(self) -> EvalConfig:

@@ -152,9 +152,11 @@ def pack(rollouts: Rollouts, pad_id: int) -> dict[str, torch.Tensor]:
     return {"ids": ids, "attention": attention, "mask": mask, "rollout_logp": rollout_logp}
 
 
-def eval_correct(engine: RolloutEngine, problems: list[Problem], task: Task, samples: int, seed: int) -> np.ndarray:
-    """0/1 correctness of ``samples`` completions per problem, shape ``(problems, samples)``."""
-    rollouts = engine.generate([p.prompt for p in problems], samples, seed=seed)
+def eval_correct(engine: RolloutEngine, problems: list[Problem], task: Task, samples: int, seed: int,
+                 temperature: float | None = None) -> np.ndarray:
+    """0/1 correctness of ``samples`` completions per problem at ``temperature`` (None: the engine's), shape
+    ``(problems, samples)``."""
+    rollouts = engine.generate([p.prompt for p in problems], samples, seed=seed, temperature=temperature)
     correct = [task.reward(problems[i // samples], text) for i, text in enumerate(rollouts.texts)]
     return np.array(correct).reshape(len(problems), samples)
 
@@ -168,7 +170,8 @@ def evaluate(engine: RolloutEngine, problems: list[Problem], cfg: TrialConfig) -
     """``eval/mean@k``, ``eval/best@k``, ``eval/worst@k`` (and the stderr of mean@k) on held-out problems,
     plus the per-problem correct counts (``eval_correct``, out of ``eval_samples``; problem order of
     ``eval_set``) from which every statistic can be recomputed, and paired across trials."""
-    correct = eval_correct(engine, problems, task_of(cfg.task), cfg.eval.samples, seed=cfg.seed + 7_919)
+    correct = eval_correct(engine, problems, task_of(cfg.task), cfg.eval.samples, seed=cfg.seed + 7_919,
+                           temperature=cfg.eval.temperature)
     return {**{f"eval/{key}": value for key, value in summarize(correct, cfg.eval.k).items()},
             COUNTS_KEY: [int(c) for c in correct.sum(axis=1)], SAMPLES_KEY: cfg.eval.samples,
             EVAL_SET_KEY: eval_set_id(problems)}
@@ -279,7 +282,9 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
         log(f"[trial] {cfg.task.name}/{cfg.task.difficulty} {cfg.model.name}: {len(sets.train)} train / "
             f"{len(sets.eval)} eval problems, Bp={cfg.Bp} n={cfg.n} M={total_steps} lr={learning_rate(cfg):.2e} "
             f"rollouts={engine_name}/{cfg.rollout.precision} ({why}) correction={cfg.algorithm.correction} "
-            f"workers={world} threads={torch.get_num_threads()}" + (f", resuming at step {step}" if step else ""))
+            f"workers={world} threads={torch.get_num_threads()}"
+            + (f" eval_temperature={cfg.eval.temperature:g}" if cfg.eval.temperature is not None else "")
+            + (f", resuming at step {step}" if step else ""))
         log(f"[trial] prompts: {prompt_format} ({prompt_why})")
 
     window: list[dict[str, float]] = state["window"]  # steps since the last eval record (resumed between two)
