@@ -34,8 +34,9 @@ def spec_file(tmp_path, **changes):
     return path
 
 
-def test_the_committed_pilot_loads_with_every_cell_a_valid_trial():
-    spec, grid = load_table_spec(PILOT)
+@pytest.mark.parametrize("name", ["hpo-table-pilot", "hpo-table-mup", "hpo-table-temperature", "hpo-table-temp"])
+def test_the_committed_tables_load_with_every_cell_a_valid_trial(name):
+    spec, grid = load_table_spec(ROOT / "sweeps" / "tables" / f"{name}.yaml")
     assert len(grid) == math.prod(len(v) for v in spec.grid.values()) and spec.default in grid
 
 
@@ -45,6 +46,7 @@ def test_the_committed_pilot_loads_with_every_cell_a_valid_trial():
     ({"sizes": []}, "sizes"),
     ({"grids": {}}, "grids"),
     ({"grid": {"Bp": [0], "algorithm.lr_ref": [1.0e-5]}, "default": {"Bp": 0, "algorithm.lr_ref": 1.0e-5}}, "Bp"),
+    ({"grid": {"rollout.temperature": [0.5, 1.0]}, "default": {"rollout.temperature": 1.0}}, "eval.temperature"),
 ])
 def test_a_bad_table_file_names_the_file_and_the_key(tmp_path, changes, named):
     path = spec_file(tmp_path, **changes)

@@ -72,6 +72,8 @@ def test_overrides_and_the_trial_config_of_a_suggestion():
     ({"space": {"algorithm.lr_reff": {"low": 1e-6, "high": 1e-4}}}, ["'space'", "lr_reff", "unknown key"]),
     ({"sizes": ["tiny-0.3m", "tiny-9m"]}, ["'sizes'", "tiny-9m"]),
     ({"stoping": {"tau1": 1}}, ["'stoping'", "unknown key"]),
+    # a searched temperature needs a fixed scoring temperature, or values would not compare
+    ({"space": {"rollout.temperature": {"low": 0.5, "high": 1.5}}}, ["'space'", "eval.temperature", "would not compare"]),
 ])
 def test_bad_input_names_the_file_and_the_key(tmp_path, changes, words):
     path = write(tmp_path, **changes)
@@ -81,6 +83,13 @@ def test_bad_input_names_the_file_and_the_key(tmp_path, changes, words):
     assert str(path) in message
     for word in words:
         assert word in message, message
+
+
+def test_a_searched_temperature_loads_once_evaluation_has_its_own(tmp_path):
+    study = load_hpo(write(tmp_path, space={"rollout.temperature": {"low": 0.5, "high": 1.5}},
+                           set={**yaml.safe_load(SMOKE.read_text())["set"], "eval.temperature": 1.0}))
+    cfg = study.trial_config({"rollout.temperature": 0.7}, "tiny-1m", 512)
+    assert cfg.rollout.temperature == 0.7 and cfg.eval.temperature == 1.0
 
 
 def test_a_too_small_budget_or_study_budget_from_the_command_line(tmp_path):

@@ -52,7 +52,7 @@ import numpy as np
 from pydantic import Field, field_validator, model_validator
 from scipy.stats import spearmanr
 
-from isosweep.spec.trial import TrialConfig, load_trial
+from isosweep.spec.trial import TrialConfig, load_trial, unscored_search
 from isosweep.spec.trial import steps as total_steps
 from isosweep.spec.yamlio import ConfigError, Section, read_yaml, validate
 from isosweep.track.curves import COUNTS_KEY, SAMPLES_KEY
@@ -126,9 +126,12 @@ def load_table_spec(path: str | Path) -> tuple[TableSpec, list[dict[str, Any]]]:
         for size in spec.sizes:
             overrides = {**spec.set, **config, "model.name": size, "budget": spec.budget}
             try:
-                load_trial(trial, [f"{key}={json.dumps(value)}" for key, value in overrides.items()])
+                cfg = load_trial(trial, [f"{key}={json.dumps(value)}" for key, value in overrides.items()])
             except ConfigError as err:
                 raise ConfigError(f"{path}: a cell of the grid is not a valid trial: {err}") from None
+            unscored = unscored_search(spec.grid, cfg)
+            if unscored:
+                raise ConfigError(f"{path}: key 'grid': {unscored}")
     return spec, configs(spec)
 
 

@@ -31,7 +31,7 @@ from pydantic import Field, field_validator, model_validator
 
 from isosweep.hpo.space import Param, SearchSpace
 from isosweep.models.sizes import SIZES, param_count
-from isosweep.spec.trial import TrialConfig
+from isosweep.spec.trial import TrialConfig, unscored_search
 from isosweep.spec.values import parse_budget, short_count, slug
 from isosweep.spec.yamlio import ConfigError, Section, merge, parse_overrides, read_yaml, validate
 
@@ -299,6 +299,9 @@ def load_hpo(path: str | Path, budget: int | str | float | None = None,
         raise ConfigError(f"{source}: key 'study_budget': {total:,.0f} target-equivalent rollouts cannot pay for one "
                           f"trial at the lowest fidelity {spec.search} uses ({low_size} at {low_budget} rollouts costs "
                           f"{cheapest:,.0f}); allowed: a larger study_budget (e.g. 6x) or STUDY_BUDGET=")
+    unscored = unscored_search(spec.space, full)
+    if unscored:
+        raise ConfigError(f"{source}: key 'space': {unscored}")
     # every searched key must be a real trial key: try the ranges' ends at the cheapest and the target fidelity
     for end in ("low", "high"):
         params = {k: getattr(r, end) for k, r in spec.space.items()}

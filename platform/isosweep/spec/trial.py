@@ -333,6 +333,17 @@ def eval_steps(cfg: TrialConfig) -> list[int]:
     return sorted(chosen | {0, total})
 
 
+def unscored_search(keys, cfg: TrialConfig) -> str | None:
+    """Why trials that vary ``keys`` (dotted) from ``cfg`` would not be scored alike, or None. Searching
+    ``rollout.temperature`` with ``eval.temperature`` unset scores each trial at its own temperature, so the values
+    a searcher compares would measure the temperature as much as the training."""
+    if "rollout.temperature" in keys and cfg.eval.temperature is None:
+        return ("rollout.temperature varies from trial to trial and eval.temperature is not set, so each trial would be "
+                "scored at its own temperature and the values would not compare; allowed: set eval.temperature "
+                "(e.g. 1.0) under 'set'")
+    return None
+
+
 def learning_rate(cfg: TrialConfig) -> float:
     """Square-root batch scaling, ``lr_ref * sqrt(Bp * n / batch_ref)``, times ``width_ref / width`` if
     ``algorithm.width_ref`` is set: the rate of the parameters the width factor applies to (all of them
