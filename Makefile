@@ -9,7 +9,7 @@
 #                                   the studies in dashboards/ -> dashboards/REPORT.md
 #   make bench                      isosweep vs TRL vs a plain loop, engine throughput, a trial's time split
 #                                   -> bench/results.json
-#   make hpo-bench [PART=table|synthetic|real|all] [SPEC=...] [FORCE=1]  JF-HPO vs random / ASHA / Hyperband replayed on the
+#   make hpo-bench [PART=table|synthetic|real|all] [SPEC=...] [HPO_TABLE=dashboards/<table>/table.json] [FORCE=1]  JF-HPO vs random / ASHA / Hyperband replayed on the
 #                                   committed table of learning curves (minutes; refused if the table fails its
 #                                   signal check, unless FORCE=1); the Hartmann test function
 #                                   (seconds); live tiny-family studies (about an hour) -> bench/hpo.json, dashboards/hpo-bench/
@@ -90,7 +90,7 @@ bench: $(STAMP)
 
 PART ?= table
 hpo-bench: $(STAMP)
-	$(BIN)/isosweep hpo-bench --part $(PART) --out bench/hpo.json $(if $(SPEC),--spec $(SPEC)) $(if $(BUDGET),--budget $(BUDGET)) $(if $(STUDY_BUDGET),--study-budget $(STUDY_BUDGET)) $(if $(FORCE),--force)
+	$(BIN)/isosweep hpo-bench --part $(PART) --out bench/hpo.json $(if $(SPEC),--spec $(SPEC)) $(if $(BUDGET),--budget $(BUDGET)) $(if $(STUDY_BUDGET),--study-budget $(STUDY_BUDGET)) $(if $(FORCE),--force) $(if $(HPO_TABLE),--table $(HPO_TABLE))
 
 TABLE ?= sweeps/tables/hpo-table-pilot.yaml
 hpo-table: $(STAMP)

@@ -8,11 +8,13 @@ import numpy as np
 import pytest
 
 from isosweep.experiments.hpo_replay import (
+    DEFAULT_TABLE,
     Curves,
     Study,
     bootstrap_median,
     compare,
     measured_fixed,
+    output_name,
     paired_test,
     replay,
     report_text,
@@ -270,6 +272,16 @@ def test_a_table_whose_proxies_do_not_transfer_is_refused_and_force_replays_it_w
     found = run_replay(path, tmp_path / "hpo.json", tmp_path / "dash", seeds=2, study_budgets=(2.0,), methods=("random",),
                 force=True, log=lambda _: None)
     assert unmet(found["signal"]) == ["rho(tiny-w128, tiny-w256) >= 0.6"]
-    report = (tmp_path / "dash" / "table.md").read_text()
+    report = (tmp_path / "dash" / "table-synthetic.md").read_text()  # named after the table
     assert "Not a fair test of searchers that use proxies: rho(tiny-w128, tiny-w256) >= 0.6 is not met" in report
-    assert json.loads((tmp_path / "hpo.json").read_text())["table"]["signal"]["rho"]["tiny-w128"] < 0.6
+    assert json.loads((tmp_path / "hpo.json").read_text())["table-synthetic"]["signal"]["rho"]["tiny-w128"] < 0.6
+
+    # the default table's replay keeps the key `table` (what live studies are scored against) beside the other
+    default = synthetic_table()
+    default["name"] = default["spec"]["name"] = DEFAULT_TABLE
+    path.write_text(json.dumps(default))
+    run_replay(path, tmp_path / "hpo.json", tmp_path / "dash", seeds=2, study_budgets=(2.0,), methods=("random",),
+               log=lambda _: None)
+    assert {"table", "table-synthetic"} <= set(json.loads((tmp_path / "hpo.json").read_text()))
+    assert (tmp_path / "dash" / "table.md").exists() and (tmp_path / "dash" / "table_runs.json").exists()
+    assert output_name("hpo-table-temp") == "table-temp"

@@ -698,12 +698,24 @@ def unmet(check: dict[str, Any]) -> list[str]:
     return [name for name, met in check["checks"].items() if not met]
 
 
+DEFAULT_TABLE = "hpo-table-mup"
+"""The table ``make hpo-bench`` replays by default: its figures keep the key ``table`` of ``bench/hpo.json`` and the
+files ``table*`` under ``dashboards/hpo-bench/`` (what the live studies are scored against)."""
+
+
+def output_name(table_name: str) -> str:
+    """The key in ``bench/hpo.json`` and the file prefix under ``dashboards/hpo-bench/`` of a replay of a table:
+    ``table`` for the default table, ``table-<name less 'hpo-table-'>`` for any other, so replays of two tables
+    never overwrite each other."""
+    return "table" if table_name == DEFAULT_TABLE else "table-" + table_name.removeprefix("hpo-table-")
+
+
 def run(table_path, out_json, dashboards, seeds: int = 20, study_budgets: tuple[float, ...] = (4.0, 8.0),
         eps: float = 0.01, fixed: float | None = None, methods: tuple[str, ...] = METHODS,
         collapse: float | None = 0.05, force: bool = False, log: Callable[[str], None] = print,
         jobs: int = 1) -> dict[str, Any]:
-    """Replay every method on the table; write the summary into ``out_json`` (key ``table``) and the
-    runs, tables and plots into ``dashboards``.
+    """Replay every method on the table; write the summary into ``out_json`` (key :func:`output_name`, ``table``
+    for the default table) and the runs, tables and plots into ``dashboards`` (files named after the same key).
 
     A table that does not meet its signal check's preconditions is refused (a ConfigError that names
     them) unless ``force``: then the comparison runs and its report says that it is not a fair test.
@@ -724,20 +736,21 @@ def run(table_path, out_json, dashboards, seeds: int = 20, study_budgets: tuple[
                      collapse=collapse, log=log, jobs=jobs)
     result["wall_ratios"] = wall_ratios(table)
     result["signal"] = check
+    key = output_name(table["name"])
     dashboards = Path(dashboards)
     dashboards.mkdir(parents=True, exist_ok=True)
-    (dashboards / "table_runs.json").write_text(json.dumps(
+    (dashboards / f"{key}_runs.json").write_text(json.dumps(
         {name: study["runs"] for name, study in result["studies"].items()}) + "\n")
-    (dashboards / "table.md").write_text(report_text(result))
+    (dashboards / f"{key}.md").write_text(report_text(result))
     for name, study in result["studies"].items():
-        plot(study, dashboards / f"table_{name.replace('@', '_')}.png",
+        plot(study, dashboards / f"{key}_{name.replace('@', '_')}.png",
              f"{name}: median regret (quartiles shaded), {seeds} seeds")
     summary = {**result, "studies": {name: {k: v for k, v in study.items() if k != "runs"}
                                      for name, study in result["studies"].items()}}
     out_json = Path(out_json)
     merged = json.loads(out_json.read_text()) if out_json.exists() else {}
-    merged["table"] = summary
+    merged[key] = summary
     out_json.parent.mkdir(parents=True, exist_ok=True)
     out_json.write_text(json.dumps(merged, indent=1, default=str) + "\n")
-    log(f"[hpo-replay] figures -> {out_json} (key 'table'); tables and plots -> {dashboards}")
+    log(f"[hpo-replay] figures -> {out_json} (key '{key}'); tables and plots -> {dashboards}/{key}*")
     return result
