@@ -36,7 +36,7 @@ def test_the_shipped_study_loads_with_its_units():
     assert space.sizes["tiny-5m"] == param_count("tiny-5m")
     assert space.size_fidelities[-1] == 1.0 and space.size_fidelities[0] == pytest.approx(322880 / 4830464)
     assert (space.budget_min, space.budget_max, study.batch) == (1024, 8192, 128)
-    assert space.names == ("algorithm.lr_ref", "algorithm.clip_high", "algorithm.kl_coef")
+    assert space.names == ("algorithm.lr_ref", "rollout.temperature", "algorithm.kl_coef")
     assert [p.log for p in space.params] == [True, False, True]
     # "4x" = what four full-fidelity trials cost, per-trial charge included
     assert study.study_budget == pytest.approx(4 * 8192 * 1.25)
@@ -49,9 +49,10 @@ def test_overrides_and_the_trial_config_of_a_suggestion():
     assert study.budget == 4096 and study.study_budget == 20000 and study.spec.search == "asha"
     assert study.sweep_id.startswith("jfhpo-asha-s2-4096-")
     assert study.sweep_id != load_hpo(JFHPO, budget="4096", study_budget="20000").sweep_id
-    cfg = study.trial_config({"algorithm.lr_ref": 1e-5, "algorithm.clip_high": 0.3, "algorithm.kl_coef": 0.01},
+    cfg = study.trial_config({"algorithm.lr_ref": 1e-5, "rollout.temperature": 0.7, "algorithm.kl_coef": 0.01},
                              "tiny-1m", 2048)
     assert (cfg.model.name, cfg.budget, cfg.algorithm.lr_ref, cfg.algorithm.kl_coef) == ("tiny-1m", 2048, 1e-5, 0.01)
+    assert (cfg.rollout.temperature, cfg.eval.temperature) == (0.7, 1.0)  # searched; scored at 1 whatever it is
     assert cfg.profile == "cpu-half" and cfg.rollout.engine == "hf"  # the study's `set` applies
 
 
