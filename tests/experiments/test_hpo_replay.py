@@ -20,6 +20,8 @@ from isosweep.experiments.hpo_replay import (
     report_text,
     run_asha,
     run_hyperband,
+    search_space,
+    snap,
     summarize,
     unmet,
 )
@@ -174,6 +176,46 @@ def test_on_the_shuffled_control_jfhpo_distrusts_its_proxies_after_the_check_and
     target_only = replay(curves, "bo-target", 4.0, seed=0, fixed=0.05, eps=0.02)
     assert target_only["by_size"]["tiny-w64"] + target_only["by_size"]["tiny-w128"] == 0
     assert target_only["proxy_verdict"] is None and target_only["spent"] <= 4.0 + 1e-9
+
+
+def with_temperature(table, temperatures=(0.5, 1.0, 2.0)):
+    """``table`` with a third axis, ``rollout.temperature``: every curve copied to each temperature, its pass rates
+    lowered by 0.1 per unit of |log2 temperature| (the best at 1, as at the real table's target)."""
+    cells = []
+    for cell in table["cells"]:
+        for t in temperatures:
+            drop = 0.1 * abs(math.log2(t))
+            curve = [{**point, "counts": [max(0, round(c - drop * point["samples"])) for c in point["counts"]]}
+                     for point in cell["curve"]]
+            cells.append({**cell, "config": {**cell["config"], "rollout.temperature": t}, "curve": curve})
+    spec = {**table["spec"], "grid": {**table["spec"]["grid"], "rollout.temperature": list(temperatures)},
+            "default": {**table["spec"]["default"], "rollout.temperature": 1.0}}
+    return {**table, "spec": spec, "cells": cells, "expected_cells": len(cells)}
+
+
+@pytest.mark.parametrize("method", ["jfhpo", "random", "asha", "hyperband", "bo-target"])
+def test_a_table_with_a_third_axis_is_searched_on_all_three(table, method):
+    """A temperature axis (linear: its values span less than a decade) joins the space, and each method
+    recommends a configuration of the grid."""
+    curves = Curves(with_temperature(table))
+    assert len(curves.true) == len(LRS) * len(KLS) * 3
+    if method in ("jfhpo", "bo-target"):
+        space = search_space(curves)
+        assert [(p.name, p.log) for p in space.params][-1] == ("rollout.temperature", False)
+        assert snap(curves, space, {"algorithm.lr_ref": 2e-4, "algorithm.kl_coef": 1e-3, "rollout.temperature": 1.6,
+                                    space.size_key: "tiny-w64", space.budget_key: C // 3}) == (
+            "tiny-w64", "lr_ref=0.0003,kl_coef=0.001,temperature=2", C // 2)  # log for lr, linear for temperature
+    result = replay(curves, method, 4.0, seed=0, fixed=0.05, eps=0.02)
+    assert result["recommended"] in curves.true and result["spent"] <= 4.0 + 1e-9
+
+
+def test_jfhpo_finds_the_third_axis_optimum_where_random_search_does_not():
+    """Over 6 searcher seeds at 4x (seen when written: JF-HPO at temperature 1 on 6/6, regrets 0-0.107, median
+    0.011; random search 3/6, median 0.135)."""
+    curves = Curves(with_temperature(synthetic_table()))
+    found = {m: [replay(curves, m, 4.0, seed=s, fixed=0.05, eps=0.02) for s in range(6)] for m in ("jfhpo", "random")}
+    assert sum(r["recommended"].endswith("temperature=1") for r in found["jfhpo"]) >= 5
+    assert np.median([r["regret"] for r in found["jfhpo"]]) < np.median([r["regret"] for r in found["random"]]) / 2
 
 
 def test_a_comparison_in_two_processes_gives_the_same_studies_as_in_one(table):
