@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -333,7 +333,7 @@ def eval_steps(cfg: TrialConfig) -> list[int]:
     return sorted(chosen | {0, total})
 
 
-def unscored_search(keys, cfg: TrialConfig) -> str | None:
+def unscored_search(keys: Collection[str], cfg: TrialConfig) -> str | None:
     """Why trials that vary ``keys`` (dotted) from ``cfg`` would not be scored alike, or None. Searching
     ``rollout.temperature`` with ``eval.temperature`` unset scores each trial at its own temperature, so the values
     a searcher compares would measure the temperature as much as the training."""
