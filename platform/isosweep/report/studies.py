@@ -222,7 +222,8 @@ def ais_claim(dashboards: Path) -> Claim:
                   f"is below -{LOSS_SE:g} se pooled over seeds and negative in every seed; at the mildest precision "
                   "where it loses, AIS *matches* bf16 when its own pooled difference is within one se of 0 or above "
                   "(a tie: supported), *loses too* by the same rule as naive training (contradicted); in between, "
-                  "neither is shown")
+                  "neither is shown. Per set of problems; the claim's verdict is that of the sets that decide (two "
+                  "that disagree: not resolvable)")
     path = dashboards / "ais-study" / "table.csv"
     if path.exists():
         with open(path) as f:
@@ -242,7 +243,7 @@ def ais_claim(dashboards: Path) -> Claim:
         return claim
     with open(ladder) as f:
         diffs = [{**r, "diff": float(r["diff"]), "se": float(r["se"])} for r in csv.DictReader(f)]
-    verdicts = []
+    verdicts = {}
     for s in sorted({d["set"] for d in diffs}):
         def result(arm: str) -> tuple[dict | None, list[dict]]:
             rows = [d for d in diffs if d["set"] == s and d["arm"] == arm]
@@ -264,13 +265,13 @@ def ais_claim(dashboards: Path) -> Claim:
         naive = [p for p in LADDER[1:] if loses(p) or loses(f"{p}+none")]
         if not naive:
             claim.evidence.append(f"ais-ladder, {s}: naive training loses to bf16 at no precision of the ladder")
-            verdicts.append(UNRESOLVED)
+            verdicts[s] = UNRESOLVED
             continue
         level = naive[0]
         ais = result(f"{level}+ais")[0]
         if ais is None:
             claim.evidence.append(f"ais-ladder, {s}: naive training first loses at {level}; no {level}+ais arm yet")
-            verdicts.append(UNRESOLVED)
+            verdicts[s] = UNRESOLVED
             continue
         ratio = ais["diff"] / ais["se"] if ais["se"] > 0 else 0.0
         outcome = (CONTRADICTED, "AIS loses too") if loses(f"{level}+ais") else \
@@ -281,9 +282,17 @@ def ais_claim(dashboards: Path) -> Claim:
                               f"{ais['diff']:+.3f} ± {ais['se']:.3f} ({ratio:+.2f} se): {outcome[1]}"
                               + (f"; for comparison {level}+tis - bf16 = {tis['diff']:+.3f} ± {tis['se']:.3f}"
                                  if tis is not None else ""))
-        verdicts.append(outcome[0])
-    claim.verdict = combine(verdicts) if verdicts else UNRESOLVED
-    if claim.verdict != SUPPORTED:
+        verdicts[s] = outcome[0]
+    claim.verdict = combine(list(verdicts.values())) if verdicts else UNRESOLVED
+    open_sets = [s for s, v in verdicts.items() if v not in (SUPPORTED, CONTRADICTED)]
+    if claim.verdict in (SUPPORTED, CONTRADICTED) and open_sets:
+        decided = [s for s in verdicts if s not in open_sets]
+        claim.evidence.append(f"the verdict rests on the {', '.join(decided)} set{'s' * (len(decided) > 1)} alone: "
+                              f"the {', '.join(open_sets)} set{'s' * (len(open_sets) > 1)} decide{'s' * (len(open_sets) == 1)} "
+                              "nothing yet")
+        claim.needs = (f"for the verdict to hold on every set: more seeds on the {', '.join(open_sets)} set (the seeds' "
+                       "spread is not modelled by these standard errors, which are eval noise only)")
+    elif claim.verdict != SUPPORTED:
         sets = sorted({d["set"] for d in diffs})
         claim.needs = (f"the ladder on every set (run so far: {', '.join(sets)}), with TIS and AIS arms at the mildest "
                        "precision where naive training loses, and more seeds where AIS sits between a tie with bf16 and "
