@@ -135,8 +135,7 @@ ELSEWHERE = {
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.kind for c in CASES])
-def test_bad_input_exits_2_names_what_is_wrong_and_writes_nothing(case, tmp_path, capsys, monkeypatch, base_model):
-    # base_model: the difficulty band's check probes tiny-1m (built before any case, so none waits on a build)
+def test_bad_input_exits_2_names_what_is_wrong_and_writes_nothing(case, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     for name, text in case.files.items():
         (tmp_path / name).write_text(text)
