@@ -251,16 +251,14 @@ def test_ais_that_loses_too_contradicts_and_no_loss_leaves_it_open(tmp_path):
 
 def test_a_verdict_decided_on_one_set_says_so_and_what_the_other_set_needs(tmp_path):
     # easy: AIS between a tie and a loss; hard: naive loses at int3, AIS ties there
-    rows = arm("int4", (-0.03, -0.03)) + arm("int4+ais", (-0.02, 0.0))
-    rows += [("hard",) + row[1:] for row in arm("int3", (-0.06, -0.05)) + arm("int3+ais", (-0.005, 0.002))]
-    write_ladder(tmp_path, rows)
+    hard = [("hard",) + row[1:] for row in arm("int3", (-0.06, -0.05)) + arm("int3+ais", (-0.005, 0.002))]
+    write_ladder(tmp_path, arm("int4", (-0.03, -0.03)) + arm("int4+ais", (-0.02, 0.0)) + hard)
     claim = S.ais_claim(tmp_path)
     assert claim.verdict == S.SUPPORTED
     assert claim.evidence[-1] == "the verdict rests on the hard set alone: the easy set decides nothing yet"
     assert "more seeds on the easy set" in claim.needs
     # both sets decided and agreeing: nothing left open, nothing asked for
-    both = rows + [("easy",) + row[1:] for row in arm("int3", (-0.06, -0.05)) + arm("int3+ais", (0.0, 0.0))]
-    write_ladder(tmp_path / "b", [r for r in both if r[0] == "hard" or r[1].startswith("int3")])
+    write_ladder(tmp_path / "b", arm("int3", (-0.06, -0.05)) + arm("int3+ais", (0.0, 0.0)) + hard)
     claim = S.ais_claim(tmp_path / "b")
     assert claim.verdict == S.SUPPORTED and not claim.needs and "rests on" not in claim.evidence[-1]
 
