@@ -19,7 +19,7 @@ def test_concurrent_requests_build_a_base_model_once(tmp_path, monkeypatch):
         time.sleep(0.5)
         (out / warmup.REPORT_FILE).write_text("{}")
 
-    monkeypatch.setattr(warmup, "build_base_model", build)
+    monkeypatch.setattr(warmup, "build_pinned", build)
     found = []
     # flock locks belong to open files, so two threads that each open the lock file exclude each other
     # exactly as two processes do
@@ -44,7 +44,7 @@ def test_a_failed_build_leaves_nothing_and_the_next_request_builds_again(tmp_pat
             raise RuntimeError("interrupted")
         (out / warmup.REPORT_FILE).write_text("{}")
 
-    monkeypatch.setattr(warmup, "build_base_model", build)
+    monkeypatch.setattr(warmup, "build_pinned", build)
     with pytest.raises(RuntimeError, match="interrupted"):
         warmup.ensure_base_model("tiny-0.3m", "arithmetic")
     assert not list(tmp_path.glob("models/.build-*"))

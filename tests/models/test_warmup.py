@@ -13,11 +13,11 @@ from isosweep.models import warmup
 
 
 def test_the_family_keeps_its_cache_directories():
-    # The stage fields joined the recipe after these models were cached (and studies were run on them):
-    # adding a field must not move a family model's directory. A deliberate change bumps WARMUP_VERSION.
+    # Adding a field to the recipe must not move a family model's directory (studies name it); a deliberate
+    # change bumps WARMUP_VERSION (2: built under pinned numerics), which moves every one of them.
     names = [warmup.base_model_dir(size, "arithmetic", 0).name for size in ("tiny-0.3m", "tiny-1m", "tiny-5m")]
-    assert names == ["tiny-0.3m-arithmetic-s0-22e9328cc92f", "tiny-1m-arithmetic-s0-37c0d0280c31",
-                     "tiny-5m-arithmetic-s0-dbbe2d73c39f"]
+    assert names == ["tiny-0.3m-arithmetic-s0-dd895402d7e6", "tiny-1m-arithmetic-s0-e4001edad488",
+                     "tiny-5m-arithmetic-s0-af1a2909d311"]
     assert warmup.recipe_for("tiny-w64", "arithmetic").stage_pass is not None
     assert warmup.recipe_for("tiny-1m", "arithmetic").stage_pass is None
     with pytest.raises(ValueError, match="no warm-up recipe for task 'countdown' and size 'tiny-w64'"):
@@ -63,6 +63,36 @@ def test_a_check_that_overshoots_the_stage_steps_back_and_lands_where_a_plain_ru
     assert report_stage(plain) == (22, 0.42, 22)
     a, b = (load_file(str(tmp_path / name / "model.safetensors")) for name in ("a", "b"))
     assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
+
+
+PLAIN = dataclasses.replace(warmup.RECIPES["arithmetic"], steps=30, batch=32, probe_pool=16, probe_samples=2)
+
+
+def test_a_pinned_build_is_the_same_bits_whatever_kernels_the_cpu_offers(tmp_path, monkeypatch):
+    # The warm-up is chaotic (unpinned, tiny-1m's level-2 pass@1 was 0.315 with this CPU's AVX-512 kernels and
+    # 0.591 with its AVX2 ones), so a base model is built under pinned numerics in a fresh interpreter. A second
+    # build whose parent asks for AVX2 kernels (unpinned they give other bits than this CPU's AVX-512 ones after 30
+    # steps), an MKL held to AVX2 and one thread, as another machine might, must give the same weights, probe and
+    # report fingerprint.
+    lines: list[str] = []
+    first = warmup.build_pinned("tiny-0.3m", "arithmetic", 0, tmp_path / "a", log=lines.append, recipe=PLAIN)
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    second = warmup.build_pinned("tiny-0.3m", "arithmetic", 0, tmp_path / "b", log=lambda _: None, recipe=PLAIN)
+    assert first["numerics"]["cpu_capability"] == second["numerics"]["cpu_capability"] == "DEFAULT"
+    assert first["numerics"]["threads"] == 2 and first["numerics"]["MKL_CBWR"] == "COMPATIBLE,STRICT"
+    assert first["weights_sha256"] == second["weights_sha256"]
+    a, b = (load_file(str(tmp_path / name / "model.safetensors")) for name in ("a", "b"))
+    assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
+    assert (tmp_path / "a" / warmup.PROBE_FILE).read_text() == (tmp_path / "b" / warmup.PROBE_FILE).read_text()
+    assert any(line.startswith("[warm-up tiny-0.3m/arithmetic] step 1/30") for line in lines)
+
+
+def test_a_failed_pinned_build_says_why(tmp_path):
+    with pytest.raises(RuntimeError, match=r"(?s)building base model tiny-0.3m on nosuchtask .* failed, exit 1:.*"
+                                           r"nosuchtask"):
+        warmup.build_pinned("tiny-0.3m", "nosuchtask", 0, tmp_path / "a", log=lambda _: None, recipe=PLAIN)
 
 
 def report_stage(report: dict) -> tuple:

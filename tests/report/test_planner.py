@@ -257,6 +257,24 @@ def test_a_study_run_seed_by_seed_is_one_pool_and_other_designs_are_not():
     assert P.pool_groups([first, other_budget, other_method]) == []
 
 
+def test_sweeps_scored_on_other_eval_problems_are_neither_pooled_nor_planned_from_together():
+    # another build of the base model has other easy and hard sets: its trials are another experiment
+    first, second = sweep(seed=5, name="a"), sweep(seed=6, name="b", first_seed=2)
+    for c in second.curves:
+        c.eval_set = "0f1e2d3c4b5a"
+    assert P.eval_sets(first) == ("synthetic",) and P.eval_sets(second) == ("0f1e2d3c4b5a",)
+    assert P.pool_groups([first, second]) == []
+    with pytest.raises(ConfigError, match=r"(?s)scored on different eval problems: their base models differ.*"
+                                          r"a \(task synthetic.*eval set synthetic\n  b .*eval set 0f1e2d3c4b5a"):
+        P.select([first, second])
+    older = sweep(seed=7, name="older", first_seed=4)
+    for c in older.curves:
+        c.eval_set = None  # a sweep from before eval sets were recorded: nothing to tell it apart by
+    assert P.select([first, older]) == [first, older]
+    [group] = P.pool_groups([first, sweep(seed=8, name="c", first_seed=2)])
+    assert [d.sweep_id for d in group] == ["a", "c"]
+
+
 def test_a_sweep_run_before_a_setting_existed_pools_with_one_run_at_its_default():
     from isosweep.spec.grid import ADDED_LATER
     from isosweep.spec.yamlio import flatten

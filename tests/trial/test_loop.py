@@ -19,6 +19,7 @@ from isosweep.algo.estimators import best_at_k, mean_at_k, worst_at_k
 from isosweep.rollout import vllm_available
 from isosweep.rollout.hf import HFEngine
 from isosweep.spec.trial import learning_rate, load_trial, task_of
+from isosweep.spec.yamlio import ConfigError
 from isosweep.tasks import Problem
 from isosweep.track.curves import COUNTS_KEY, EVAL_SET_KEY, SAMPLES_KEY
 from isosweep.trial.files import CHECKPOINTS, METRICS_FILE, STEPS_FILE, DiskFull, TrialDir
@@ -222,6 +223,21 @@ def test_no_usable_checkpoint_is_an_error_that_names_the_files(finished_short_tr
                                            r"remove .*trial to run the trial again"):
         train_loop(load_trial(EASY, SHORT), trial, log=lambda _: None)
     assert not TrialDir(trial).checkpoints() and len(list((trial / CHECKPOINTS).glob("damaged-step-*"))) >= 2
+
+
+def test_a_trial_scored_on_other_eval_problems_is_not_resumed_on_this_base_model(finished_short_trial, tmp_path):
+    """Records of another eval set came from another build of the base model (or other task settings): the rerun
+    refuses to splice them into one curve, names both sets, and leaves the folder as it found it."""
+    trial = tmp_path / "trial"
+    shutil.copytree(finished_short_trial, trial)
+    records = TrialDir(trial).records()
+    now = records[0][EVAL_SET_KEY]
+    (trial / METRICS_FILE).write_text("".join(json.dumps({**r, EVAL_SET_KEY: "0123456789ab"}) + "\n" for r in records))
+    before = (trial / METRICS_FILE).read_text()
+    with pytest.raises(ConfigError, match=rf"trial: its records were scored on eval set 0123456789ab, but this base "
+                                          rf"model and task give eval set {now}: .*another output folder"):
+        train_loop(load_trial(EASY, SHORT), trial, log=lambda _: None)
+    assert (trial / METRICS_FILE).read_text() == before and TrialDir(trial).latest_checkpoint().name == "step-000008"
 
 
 def test_checkpoints_between_evaluations_change_nothing_and_a_resume_from_one_is_exact(finished_short_trial, tmp_path):

@@ -11,6 +11,14 @@ from dataclasses import dataclass
 
 from isosweep.tasks import ALPHABET
 
+WARMUP_VERSION = "2"
+"""Version of the warm-up that builds the tiny base models (``warmup``): a base model's cache key and every sweep
+id of a tiny model carry it. 2: built under pinned numerics, the same bits on any x86-64 CPU; 1: built with
+whatever kernels the CPU offered, so the same size was another model on another machine."""
+
+FIRST_WARMUP_VERSION = "1"
+"""The version the first sweeps and studies ran on: left out of their ids, which stay as they were."""
+
 CHAR_VOCAB = len(ALPHABET) + 2
 """Vocabulary of the character tokenizer: the tasks' alphabet plus ``<pad>`` and ``<eos>``."""
 

@@ -113,6 +113,13 @@ def identity(data: SweepData) -> dict[str, str]:
     return {key: params.get(key, "?") for key in IDENTITY}
 
 
+def eval_sets(data: SweepData) -> tuple[str, ...]:
+    """The eval sets the sweep's trials were scored on (each a hash of its problems). The easy and hard sets
+    come from the base model's measured pass rates, so a tiny base model built by another isosweep version
+    (or, before version 2 of the warm-up, on another CPU) has other problems and another id."""
+    return tuple(sorted({c.eval_set for c in data.curves if c.eval_set}))
+
+
 def method(data: SweepData) -> dict[str, str]:
     return {key: value for key, value in trial_params(data).items()
             if key not in NOT_METHOD and not key.startswith("derived.")}
@@ -124,7 +131,7 @@ def pool_groups(sweeps: list[SweepData]) -> list[list[SweepData]]:
     pooled analysis is named after first); only groups of two or more sweeps are returned."""
     def design(d: SweepData) -> str:
         return json.dumps([d.sweep_params.get("spec.study"), d.budget, sorted({c.config for c in d.curves}),
-                           identity(d), method(d)], sort_keys=True)
+                           identity(d), method(d), eval_sets(d)], sort_keys=True)
 
     groups: dict[str, list[SweepData]] = {}
     for d in sweeps:
@@ -177,6 +184,13 @@ def select(sweeps: list[SweepData], *, task: str | None = None, difficulty: str 
         listed = "\n  ".join(describe(d) for d in chosen)
         raise ConfigError("the matching sweeps are of different tasks, difficulties or models; narrow them with "
                           f"--task/--difficulty/--model or --sweeps:\n  {listed}")
+    scored = {eval_sets(d) for d in chosen if eval_sets(d)}  # sweeps too old to name theirs: unknown, let be
+    if len(scored) > 1:
+        listed = "\n  ".join(f"{describe(d)}: eval set {', '.join(eval_sets(d)) or '?'}" for d in chosen)
+        raise ConfigError("the matching sweeps were scored on different eval problems: their base models differ (a "
+                          "tiny base model built by another isosweep version, or on another CPU before version 2 of "
+                          "the warm-up, has other easy and hard sets) or their task.eval_problems do; plan from the "
+                          f"sweeps of one eval set with --sweeps:\n  {listed}")
     return chosen
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from isosweep.report import planner as P
 from isosweep.report.tables import fmt
+from isosweep.track.curves import SweepData
 
 SUPPORTED, CONTRADICTED, UNRESOLVED, UNTESTED = ("supported", "contradicted", "not resolvable at this scale",
                                                  "not tested")
@@ -460,6 +461,22 @@ def shared_runs(dashboards: Path) -> list[str]:
             for ids, runs in sorted(pairs.items())]
 
 
+def _scored_on(folder: Path) -> str:
+    """``; eval set <id>, base mean@k <value>`` for a study folder with its curves (nothing without them)."""
+    path = P.curves_path(folder)
+    if not path.exists():
+        return ""
+    data = SweepData.from_json(json.loads(path.read_text()), str(path))
+    starts: dict[str, list[float]] = {}
+    for c in data.curves:
+        for name, values in c.values.items():
+            if name.startswith("mean@") and len(c.compute) and c.compute[0] == 0:
+                starts.setdefault(name, []).append(values[0])
+    base = "".join(f", base {name} {sum(v) / len(v):.3f} (step 0, mean over its trials)"
+                   for name, v in sorted(starts.items())[:1])
+    return f"; eval set {', '.join(P.eval_sets(data)) or 'not recorded'}{base}"
+
+
 def build_report(dashboards: str | Path) -> str:
     """REPORT.md's text from the studies under ``dashboards``."""
     dashboards = Path(dashboards)
@@ -471,7 +488,11 @@ def build_report(dashboards: str | Path) -> str:
              "comes from a study's `fits.json` (its frontier analysis, redone from MLflow by `isosweep frontier "
              "<sweep-id> --dashboards dashboards/<study>`). Verdicts: **supported** or **contradicted** only when "
              "the data decide beyond their noise (90% intervals from a bootstrap over seeds and paired eval "
-             "problems); a difference inside its interval is a tie and decides nothing.", "",
+             "problems); a difference inside its interval is a tie and decides nothing. A study's numbers are those of "
+             "the base model it ran on, named below by its eval set (the easy and hard sets come from that model's "
+             "pass rates): a tiny base model built by isosweep before warm-up version 2 depended on the CPU that "
+             "built it, so a sweep run on another machine or version may start elsewhere and score other problems.",
+             "",
              "| claim | verdict |", "| --- | --- |"]
     lines += [f"| {c.title} | **{c.verdict}** |" for c in claims]
     for c in claims:
@@ -486,7 +507,7 @@ def build_report(dashboards: str | Path) -> str:
         lines.append(f"- sweep `{sweep}`: its trials are pooled into `{folder}` and counted there")
     for s in studies:
         if s.current:
-            lines.append(f"- {s.label()}: {s.data['trials']} trials, {s.data['noise']}")
+            lines.append(f"- {s.label()}: {s.data['trials']} trials, {s.data['noise']}{_scored_on(dashboards / s.folder)}")
         else:
             lines.append(f"- `{s.folder}`: analysed with the earlier method (record points only, R0 fitted, one seed, "
                          "no paired counts): shown in its folder, not used for any verdict above")

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from isosweep.models.sizes import FIRST_WARMUP_VERSION, SIZES, WARMUP_VERSION
 from isosweep.spec.trial import TrialConfig
 from isosweep.spec.values import parse_budget, short_count, slug
 from isosweep.spec.yamlio import ConfigError, Section, merge, parse_overrides, read_yaml, validate
@@ -154,8 +155,11 @@ value: a sweep resumed with another launcher is the same sweep."""
 
 def id_dump(cfg: TrialConfig) -> dict:
     """A trial config as its sweep's id hashes it: every key, less the :data:`ADDED_LATER` ones at their default and
-    the :data:`NOT_IN_ID` ones."""
+    the :data:`NOT_IN_ID` ones; for a tiny model, the warm-up version that builds it when past the first (a rerun
+    of a sweep whose trials ran on another build of the base model is a new sweep, not a resumption)."""
     data = cfg.model_dump(mode="json")
+    if cfg.model.name in SIZES and WARMUP_VERSION != FIRST_WARMUP_VERSION:
+        data["model"]["warmup_version"] = WARMUP_VERSION
     for section, keys in NOT_IN_ID.items():
         for key in keys:
             del data[section][key]

@@ -166,6 +166,19 @@ def eval_set_id(problems: list[Problem]) -> str:
     return hashlib.sha1("\n".join(f"{p.prompt}\t{p.answer}" for p in problems).encode()).hexdigest()[:12]
 
 
+def refuse_other_eval_set(trial: TrialDir, problems: list[Problem]) -> None:
+    """Raise :class:`ConfigError` if ``trial`` holds records scored on other eval problems than ``problems``: they
+    ran on another base model (a tiny one built by another isosweep version, or on another CPU before version 2 of
+    the warm-up) or other task settings, and resuming would splice two experiments into one curve."""
+    earlier = sorted({r[EVAL_SET_KEY] for r in trial.records() if r.get(EVAL_SET_KEY)})
+    now = eval_set_id(problems)
+    if earlier and earlier != [now]:
+        raise ConfigError(
+            f"{trial.path}: its records were scored on eval set {', '.join(earlier)}, but this base model and task "
+            f"give eval set {now}: the trial ran on another build of the base model (or other task settings), so it "
+            "cannot be resumed here; give the trial another output folder, or remove this one to start it again")
+
+
 def evaluate(engine: RolloutEngine, problems: list[Problem], cfg: TrialConfig) -> dict:
     """``eval/mean@k``, ``eval/best@k``, ``eval/worst@k`` (and the stderr of mean@k) on held-out problems,
     plus the per-problem correct counts (``eval_correct``, out of ``eval_samples``; problem order of
@@ -254,6 +267,8 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
         engine = TemplatedEngine(engine, functools.partial(chat_prompt, tokenizer))
     lap("engine")
     sets = problem_sets(cfg, model_path, engine)
+    if rank == 0:
+        refuse_other_eval_set(trial, sets.eval)
     task = task_of(cfg.task)
     lap("problems")
     learner = make_learner(policy, cfg, gpu)
