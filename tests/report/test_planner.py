@@ -243,6 +243,18 @@ def test_the_report_table_survives_a_study_too_short_to_plan_from(tmp_path):
     assert "| 1e5 | n = 4, Bp = 16" in text and "Leave-one-budget-out: not possible here" in text
 
 
+def test_the_report_plans_studies_scored_on_other_eval_problems_apart(tmp_path):
+    P.write_sweep_data(sweep(seed=19, name="old-build"), tmp_path / "old")
+    rebuilt = sweep(seed=20, name="new-build", first_seed=2)
+    for c in rebuilt.curves:
+        c.eval_set = "0f1e2d3c4b5a"
+    P.write_sweep_data(rebuilt, tmp_path / "new")
+    text = "\n".join(planning_section(tmp_path, bootstrap=3))
+    headings = [line for line in text.splitlines() if line.startswith("### ")]
+    assert len(headings) == 2 and "eval set 0f1e2d3c4b5a" in headings[0] and "eval set synthetic" in headings[1]
+    assert "Rests on: `new-build`" in text and "Rests on: `old-build`" in text
+
+
 def test_a_study_run_seed_by_seed_is_one_pool_and_other_designs_are_not():
     first, second = sweep(seed=5, name="a"), sweep(seed=6, name="b", first_seed=2)
     other_budget = P.truncate([sweep(seed=7, name="c", first_seed=4)], BUDGET // 2)[0]

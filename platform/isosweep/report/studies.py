@@ -397,9 +397,11 @@ def planning_section(dashboards: Path, bootstrap: int = 100) -> list[str]:
                             "the end of each sweep): nothing to plan from yet."]
     groups: dict[tuple, list] = {}
     for data in sweeps:
-        key = (tuple(P.identity(data).values()), json.dumps(P.method(data), sort_keys=True))
+        # sweeps scored on other eval problems ran on other base models (or task settings): planned apart
+        key = (tuple(P.identity(data).values()), json.dumps(P.method(data), sort_keys=True), P.eval_sets(data))
         groups.setdefault(key, []).append(data)
-    for (ident, method), members in sorted(groups.items()):
+    several = len({key[:2] for key in groups}) < len(groups)
+    for (ident, method, scored), members in sorted(groups.items()):
         task, levels, difficulty, model = ident[:4]  # IDENTITY starts with these
         try:
             planner = P.Planner(members, "mean", bootstrap=bootstrap)
@@ -407,7 +409,8 @@ def planning_section(dashboards: Path, bootstrap: int = 100) -> list[str]:
             lines += ["", f"### {task} {levels}, {difficulty}, {model}", "", f"Not plannable: {e}"]
             continue
         lr = json.loads(method).get("algorithm.lr_ref", "?")
-        lines += ["", f"### {task} {levels}, {difficulty}, {model} (lr_ref {lr})", "",
+        on = f"; eval set {', '.join(scored) or 'not recorded'}" if several else ""
+        lines += ["", f"### {task} {levels}, {difficulty}, {model} (lr_ref {lr}{on})", "",
                   "Rests on: " + ", ".join(f"`{s['sweep_id']}` (C = {s['budget']:,}, {s['trials']} trials"
                                            + (f"; {s['repeats_left_out']} left out as repeats of the same run in "
                                               "another sweep" if s["repeats_left_out"] else "") + ")"
