@@ -66,7 +66,7 @@ def _models_build(args: argparse.Namespace) -> None:
         path = ensure_base_model(size, args.task, args.seed)
         report = json.loads((path / REPORT_FILE).read_text())
         print(f"{size:10s} {report['parameters']:>9,d} params  warm-up {report['warmup_seconds']:>5.0f}s  "
-              f"eval pass@1 by level {report['eval_pass@1']}  {path}")
+              f"eval pass@1 by level {report['eval_pass@1']}  weights {report.get('weights_sha256', '?')[:12]}  {path}")
 
 
 def comma_list(kind: Callable[[str], Any]) -> Callable[[str], list]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -97,3 +99,14 @@ def test_a_failed_pinned_build_says_why(tmp_path):
 
 def report_stage(report: dict) -> tuple:
     return report["stage"]["steps"], report["stage"]["pass@1"], report["stage"]["checked_every"]
+
+
+def test_the_default_base_model_is_the_pinned_build_the_readme_names(base_model):
+    # The pinned warm-up gives these bits on any x86-64 CPU with this torch (a failure on another machine means
+    # the pinning missed a kernel that CPU chooses differently: the studies' base model would differ there).
+    report = json.loads((base_model / warmup.REPORT_FILE).read_text())
+    assert report["numerics"]["cpu_capability"] == "DEFAULT" and report["warmup_version"] == "2"
+    assert report["weights_sha256"].startswith("68d3b32749ad") and report["eval_pass@1"]["2"] == 0.3403
+    out = subprocess.run([sys.executable, "-m", "isosweep.cli", "models", "build", "--sizes", "tiny-1m"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "weights 68d3b32749ad" in out and str(base_model) in out
