@@ -140,7 +140,8 @@ def test_the_proxy_ranking_is_a_spearman_rho_over_configurations():
     assert "| rho(p, tiny-1m) >= 0.6 | not yet: curves missing |" in signal_text(partial)
 
 
-def test_a_table_builds_in_process_keeps_per_problem_counts_and_a_rerun_runs_nothing(tmp_path, base_model):
+def test_a_table_builds_in_process_keeps_per_problem_counts_and_a_rerun_runs_nothing(tmp_path, base_model,
+                                                                                       monkeypatch):
     path = spec_file(tmp_path)
     lines: list[str] = []
     first = build(path, tmp_path / "out", log=lines.append, limit=1)
@@ -167,6 +168,12 @@ def test_a_table_builds_in_process_keeps_per_problem_counts_and_a_rerun_runs_not
     shutil.rmtree(tmp_path / "out" / "runs")
     again = build(path, tmp_path / "out", log=lines.append)
     assert not lines and again["cells"] == done["cells"]
+
+    # a newer warm-up builds other base models: the recorded curves are not this table's any more
+    from isosweep.experiments import hpo_table
+    monkeypatch.setattr(hpo_table, "WARMUP_VERSION", "99")
+    other = build(path, tmp_path / "out", log=lines.append, limit=0)
+    assert other["cells"] == [] and other["warmup_version"] == "99"
 
 
 def test_the_committed_ladder_tables_signal_checks_are_what_the_readme_reports():
