@@ -161,7 +161,7 @@ def test_the_report_is_also_a_standalone_html_page(tmp_path):
     assert "<h1>What the studies found</h1>" in (tmp_path / "report.html").read_text()
 
 
-def test_a_holdout_miss_against_a_tie_decides_nothing():
+def test_a_holdout_against_a_tie_decides_nothing_whether_it_hits_or_misses():
     def study(predicted, last):
         data = {"primary": "mean@4", "seeds": [0, 1], "title": "t", "budget": 100, "difficulty": "easy",
                 "configs": {"n8-Bp16": {"n": 8, "Bp": 16}, "n4-Bp16": {"n": 4, "Bp": 16}, "n2-Bp16": {"n": 2, "Bp": 16},
@@ -174,8 +174,13 @@ def test_a_holdout_miss_against_a_tie_decides_nothing():
 
     tie = {"config": "n4-Bp16", "runner_up": "n2-Bp16", "tie": True, "n": 4, "Bp": 16, "n_range": [2, 4, 8]}
     clear = dict(tie, tie=False, n_range=[4])
-    assert S.holdout_outcome(study("n4-Bp16", tie), "mean@4", study("n4-Bp16", tie).data["metrics"]["mean@4"]
-                              ["decision_holdout"]) == "hit"
+    for last, outcome in ((tie, "tie"), (clear, "hit")):  # the observed best tied with its runner-up, or clear
+        s = study("n4-Bp16", last)
+        assert S.holdout_outcome(s, "mean@4", s.data["metrics"]["mean@4"]["decision_holdout"]) == outcome
+    lucky = [study("n4-Bp16", tie) for _ in range(3)]
+    assert S.holdout_claim(lucky, Path("/nonexistent")).verdict == S.UNRESOLVED
+    assert "a hit against a tie" in S.holdout_claim(lucky, Path("/nonexistent")).evidence[0]
+    assert S.holdout_claim([study("n4-Bp16", clear) for _ in range(3)], Path("/nonexistent")).verdict == S.SUPPORTED
     for predicted, last, outcome in (("n2-Bp16", tie, "tie"), ("n8-Bp16", tie, "tie"), ("n16-Bp32", tie, "miss"),
                                      ("n8-Bp16", clear, "miss")):
         s = study(predicted, last)

@@ -154,18 +154,20 @@ def test_eval_points_are_log_spaced_in_compute():
                                                     ("n-only.yaml", "n-only-easy"), ("fixed-batch.yaml", "fixed-batch")])
 def test_a_sweep_keeps_its_id_across_versions_so_a_rerun_resumes_it(sweep_file, folder, tmp_path, monkeypatch):
     """Keys added to the trial config later (at their defaults) leave a sweep's id as it was: the studies
-    committed in dashboards/ were run under these ids, on base models of the first warm-up version. A new
-    warm-up version builds other base models, so a rerun of their files is a new sweep, not a resumption."""
+    committed in dashboards/ were run under these ids, and a rerun of their files must find their trials. Those in
+    dashboards/warmup-v1/ ran on base models of the first warm-up version, which carried no version in the id; a
+    newer version builds other base models, so a rerun of their files is a new sweep, not a resumption."""
     from isosweep.spec import grid
 
     committed = json.loads((ROOT / "dashboards" / folder / "fits.json").read_text())
-    rebuilt = load_sweep(ROOT / "sweeps" / sweep_file, budget=committed["budget"])
-    assert grid.WARMUP_VERSION != grid.FIRST_WARMUP_VERSION and rebuilt.sweep_id != committed["title"]
-    assert rebuilt.sweep_id.startswith(committed["title"][:-6])
-    monkeypatch.setattr(grid, "WARMUP_VERSION", grid.FIRST_WARMUP_VERSION)  # the base models those studies ran on
     sweep = load_sweep(ROOT / "sweeps" / sweep_file, budget=committed["budget"])
     assert sweep.sweep_id == committed["title"]
     text = (ROOT / "sweeps" / sweep_file).read_text().replace("trial: trials/", f"trial: {ROOT}/sweeps/trials/")
     (tmp_path / sweep_file).write_text(text.replace("\nset:\n", "\nset:\n  task.prompt_format: raw\n"))
     raw = load_sweep(tmp_path / sweep_file, budget=committed["budget"])  # such a key set is a change: a new id
     assert raw.sweep_id != sweep.sweep_id and raw.sweep_id.startswith(sweep.sweep_id[:-6])
+
+    first = json.loads((ROOT / "dashboards" / "warmup-v1" / folder / "fits.json").read_text())
+    assert grid.WARMUP_VERSION != grid.FIRST_WARMUP_VERSION and sweep.sweep_id != first["title"]
+    monkeypatch.setattr(grid, "WARMUP_VERSION", grid.FIRST_WARMUP_VERSION)  # the base models those studies ran on
+    assert load_sweep(ROOT / "sweeps" / sweep_file, budget=first["budget"]).sweep_id == first["title"]

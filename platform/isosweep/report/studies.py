@@ -302,11 +302,13 @@ def ais_claim(dashboards: Path) -> Claim:
 
 
 def holdout_outcome(study: Study, metric: str, d: dict) -> str:
-    """``hit``, ``miss``, or ``tie``: the predicted config is not the observed best, but the frontier at C_max
-    cannot tell them apart (a tie whose winner or runner-up it is, or whose n* set holds its n at its Bp)."""
-    if d["hit"]:
-        return "hit"
+    """``hit``, ``miss``, or ``tie``: the frontier at C_max cannot tell the predicted config from the observed best
+    (a tie whose winner or runner-up it is, or whose n* set holds its n at its Bp). A prediction of the observed
+    best is a tie too when that best ties with its runner-up: picking one of two configs the data cannot separate
+    decides no more than missing it by one."""
     rows = [r for r in study.data["metrics"][metric].get("frontier", []) if r.get("config")]
+    if d["hit"]:
+        return "tie" if rows and rows[-1].get("tie") else "hit"
     if not rows:
         return "miss"
     last, predicted = rows[-1], d["predicted_config"]
@@ -335,6 +337,8 @@ def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
             claim.evidence.append(f"{study.label()}, {name}: predicted {d['predicted_config']} "
                                   f"({fmt(d['predicted_value'])}), observed best {d['observed_config']} -> "
                                   + ("hit" if outcome == "hit" else "miss" if outcome == "miss" else
+                                     "a hit against a tie: the observed best at C_max is within noise of its "
+                                     "runner-up, so it decides nothing" if d["hit"] else
                                      "a miss against a tie: the predicted config is within noise of the observed "
                                      "best at C_max, so it decides nothing")
                                   + f", value error {fmt(d['abs_error'])}")
