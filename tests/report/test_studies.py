@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 
 from isosweep.experiments.stats_validation import BUDGET, TRUTH, synthetic_sweep, true_value
+from isosweep.report import planner as P
 from isosweep.report import studies as S
 from isosweep.report.analysis import analyse, n_slope, write_outputs
+from isosweep.track.curves import SweepData
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -209,6 +211,12 @@ def test_sweeps_pooled_into_one_analysis_are_counted_once(tmp_path):
     assert "sweeps `s-100k-aaa`, `s1-100k-bbb` pooled" in studies[0].label()
     report = S.build_report(tmp_path)
     assert "sweep `s1-100k-bbb`: its trials are pooled into `s` and counted there" in report
+    assert "paired across every trial\n" in report  # no curves kept: nothing said of the eval set
+
+    # with the curves kept beside it, the study names the eval set it was scored on and where it started
+    P.write_sweep_data(SweepData("s-100k-aaa", BUDGET, {}, {}, curves), tmp_path / "s")
+    start = np.mean([c.values["mean@4"][0] for c in curves if c.compute[0] == 0])
+    assert f"paired across every trial; eval set synthetic, base mean@4 {start:.3f} at step 0\n" in S.build_report(tmp_path)
 
 
 # ------------------------------------------------------------------------------ the AIS claim on the ladder

@@ -479,7 +479,7 @@ def _scored_on(folder: Path) -> str:
         for name, values in c.values.items():
             if name.startswith("mean@") and len(c.compute) and c.compute[0] == 0:
                 starts.setdefault(name, []).append(values[0])
-    base = "".join(f", base {name} {sum(v) / len(v):.3f} (step 0, mean over its trials)"
+    base = "".join(f", base {name} {sum(v) / len(v):.3f} at step 0"
                    for name, v in sorted(starts.items())[:1])
     return f"; eval set {', '.join(P.eval_sets(data)) or 'not recorded'}{base}"
 
