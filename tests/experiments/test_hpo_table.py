@@ -170,8 +170,8 @@ def test_a_table_builds_in_process_keeps_per_problem_counts_and_a_rerun_runs_not
     assert not lines and again["cells"] == done["cells"]
 
     # a newer warm-up builds other base models: the recorded curves are not this table's any more
-    from isosweep.experiments import hpo_table
-    monkeypatch.setattr(hpo_table, "WARMUP_VERSION", "99")
+    from isosweep.models import sizes
+    monkeypatch.setattr(sizes, "WARMUP_VERSION", "99")
     other = build(path, tmp_path / "out", log=lines.append, limit=0)
     assert other["cells"] == [] and other["warmup_version"] == "99"
 

@@ -157,7 +157,7 @@ def test_a_sweep_keeps_its_id_across_versions_so_a_rerun_resumes_it(sweep_file, 
     committed in dashboards/ were run under these ids, and a rerun of their files must find their trials. Those in
     dashboards/warmup-v1/ ran on base models of the first warm-up version, which carried no version in the id; a
     newer version builds other base models, so a rerun of their files is a new sweep, not a resumption."""
-    from isosweep.spec import grid
+    from isosweep.models import sizes
 
     committed = json.loads((ROOT / "dashboards" / folder / "fits.json").read_text())
     sweep = load_sweep(ROOT / "sweeps" / sweep_file, budget=committed["budget"])
@@ -168,6 +168,6 @@ def test_a_sweep_keeps_its_id_across_versions_so_a_rerun_resumes_it(sweep_file, 
     assert raw.sweep_id != sweep.sweep_id and raw.sweep_id.startswith(sweep.sweep_id[:-6])
 
     first = json.loads((ROOT / "dashboards" / "warmup-v1" / folder / "fits.json").read_text())
-    assert grid.WARMUP_VERSION != grid.FIRST_WARMUP_VERSION and sweep.sweep_id != first["title"]
-    monkeypatch.setattr(grid, "WARMUP_VERSION", grid.FIRST_WARMUP_VERSION)  # the base models those studies ran on
+    assert sizes.warmup_version_in_ids() == "2" and sweep.sweep_id != first["title"]
+    monkeypatch.setattr(sizes, "WARMUP_VERSION", sizes.FIRST_WARMUP_VERSION)  # the base models those studies ran on
     assert load_sweep(ROOT / "sweeps" / sweep_file, budget=first["budget"]).sweep_id == first["title"]

@@ -52,7 +52,7 @@ import numpy as np
 from pydantic import Field, field_validator, model_validator
 from scipy.stats import spearmanr
 
-from isosweep.models.sizes import FIRST_WARMUP_VERSION, WARMUP_VERSION
+from isosweep.models.sizes import warmup_version_in_ids
 from isosweep.spec.trial import TrialConfig, load_trial, unscored_search
 from isosweep.spec.trial import steps as total_steps
 from isosweep.spec.yamlio import ConfigError, Section, read_yaml, validate
@@ -156,7 +156,8 @@ def cell_trial(spec: TableSpec, trial_file: Path, size: str, config: dict[str, A
 def cell_dir(out: Path, size: str, config: dict[str, Any], seed: int) -> Path:
     """A cell's run folder; past the first warm-up version, under the version that built its tiny base model
     (a curve run on another build of the base model is not this table's)."""
-    runs = out / "runs" if WARMUP_VERSION == FIRST_WARMUP_VERSION else out / "runs" / f"warmup-v{WARMUP_VERSION}"
+    version = warmup_version_in_ids()
+    runs = out / "runs" / f"warmup-v{version}" if version else out / "runs"
     return runs / size / f"{config_key(config)},seed={seed}"
 
 
@@ -213,7 +214,7 @@ def recorded_cells(spec: TableSpec, out: Path) -> dict[str, dict]:
     table = json.loads(path.read_text())
     if table.get("spec") != spec.model_dump():
         return {}  # another spec (budget, set, grid changed): its curves are not this table's
-    if table.get("warmup_version", FIRST_WARMUP_VERSION) != WARMUP_VERSION:
+    if table.get("warmup_version") != warmup_version_in_ids():
         return {}  # its curves ran on base models of another warm-up version: other models
     return {cell_name(c["size"], c["config"], c["seed"]): c for c in table["cells"]}
 
@@ -241,7 +242,7 @@ def collect(spec: TableSpec, spec_path: Path, out: Path) -> dict:
                 wall = folder / "wall_s"
                 cells.append({"size": size, "config": config, "seed": seed, "curve": curve,
                               "run_wall_s": float(wall.read_text()) if wall.exists() else None})
-    return {"name": spec.name, "spec": spec.model_dump(), "warmup_version": WARMUP_VERSION,
+    return {"name": spec.name, "spec": spec.model_dump(), "warmup_version": warmup_version_in_ids(),
             "metric": "mean@k (per-problem pass rate c/s)",
             "cells": cells, "expected_cells": len(spec.sizes) * len(configs(spec)) * len(spec.seeds)}
 

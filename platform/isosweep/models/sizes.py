@@ -19,6 +19,11 @@ whatever kernels the CPU offered, so the same size was another model on another 
 FIRST_WARMUP_VERSION = "1"
 """The version the first sweeps and studies ran on: left out of their ids, which stay as they were."""
 
+
+def warmup_version_in_ids() -> str | None:
+    """The warm-up version that sweep ids, HPO study ids and HPO tables of tiny models carry: None for the first."""
+    return None if WARMUP_VERSION == FIRST_WARMUP_VERSION else WARMUP_VERSION
+
 CHAR_VOCAB = len(ALPHABET) + 2
 """Vocabulary of the character tokenizer: the tasks' alphabet plus ``<pad>`` and ``<eos>``."""
 

@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -184,13 +185,12 @@ def build_pinned(size: str, task: str, seed: int, out: Path, log: Callable[[str]
     cmd = [sys.executable, "-m", "isosweep.models.warmup", size, task, str(seed), str(out)]
     if recipe is not None:
         cmd.append(json.dumps(asdict(recipe)))
-    tail: list[str] = []
+    tail: deque[str] = deque(maxlen=20)
     with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
         for line in proc.stdout:
-            line = line.rstrip()
-            tail = (tail + [line])[-20:]
-            if line.startswith("[warm-up"):
-                log(line)
+            tail.append(line.rstrip())
+            if tail[-1].startswith("[warm-up"):
+                log(tail[-1])
     if proc.returncode != 0:
         last = "\n  ".join(tail)
         raise RuntimeError(f"building base model {size} on {task} (seed {seed}) failed, exit {proc.returncode}:\n  {last}")
@@ -340,7 +340,6 @@ def _main(argv: list[str]) -> None:
         fields["level_weights"] = {int(k): v for k, v in fields["level_weights"].items()}
         fields["probe_levels"] = tuple(fields["probe_levels"])
         recipe = WarmupRecipe(**fields)
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
     build_base_model(size, task, int(seed), Path(out), log=lambda line: print(line, flush=True), recipe=recipe)
 
 

@@ -474,13 +474,9 @@ def _scored_on(folder: Path) -> str:
     if not path.exists():
         return ""
     data = SweepData.from_json(json.loads(path.read_text()), str(path))
-    starts: dict[str, list[float]] = {}
-    for c in data.curves:
-        for name, values in c.values.items():
-            if name.startswith("mean@") and len(c.compute) and c.compute[0] == 0:
-                starts.setdefault(name, []).append(values[0])
-    base = "".join(f", base {name} {sum(v) / len(v):.3f} at step 0"
-                   for name, v in sorted(starts.items())[:1])
+    name = min((n for c in data.curves for n in c.values if n.startswith("mean@")), default=None)
+    starts = [c.values[name][0] for c in data.curves if name in c.values and len(c.compute) and c.compute[0] == 0]
+    base = f", base {name} {sum(starts) / len(starts):.3f} at step 0" if starts else ""
     return f"; eval set {', '.join(P.eval_sets(data)) or 'not recorded'}{base}"
 
 

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from isosweep.models.sizes import FIRST_WARMUP_VERSION, SIZES, WARMUP_VERSION
+from isosweep.models.sizes import SIZES, warmup_version_in_ids
 from isosweep.spec.trial import TrialConfig
 from isosweep.spec.values import parse_budget, short_count, slug
 from isosweep.spec.yamlio import ConfigError, Section, merge, parse_overrides, read_yaml, validate
@@ -158,8 +158,9 @@ def id_dump(cfg: TrialConfig) -> dict:
     the :data:`NOT_IN_ID` ones; for a tiny model, the warm-up version that builds it when past the first (a rerun
     of a sweep whose trials ran on another build of the base model is a new sweep, not a resumption)."""
     data = cfg.model_dump(mode="json")
-    if cfg.model.name in SIZES and WARMUP_VERSION != FIRST_WARMUP_VERSION:
-        data["model"]["warmup_version"] = WARMUP_VERSION
+    version = warmup_version_in_ids()
+    if cfg.model.name in SIZES and version:
+        data["model"]["warmup_version"] = version
     for section, keys in NOT_IN_ID.items():
         for key in keys:
             del data[section][key]

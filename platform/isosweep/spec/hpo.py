@@ -30,7 +30,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from isosweep.hpo.space import Param, SearchSpace
-from isosweep.models.sizes import FIRST_WARMUP_VERSION, SIZES, WARMUP_VERSION, param_count
+from isosweep.models.sizes import SIZES, param_count, warmup_version_in_ids
 from isosweep.spec.trial import TrialConfig, unscored_search
 from isosweep.spec.values import parse_budget, short_count, slug
 from isosweep.spec.yamlio import ConfigError, Section, merge, parse_overrides, read_yaml, validate
@@ -193,8 +193,9 @@ class HPOStudy:
                     del spec[section][key]
         data = {"spec": spec, "budget": self.budget, "study_budget": self.study_budget,
                 "base": self.base, "objective": "gain over the base model", "incumbent": "trained evals only"}
-        if any(size in SIZES for size in self.spec.sizes) and WARMUP_VERSION != FIRST_WARMUP_VERSION:
-            data["warmup_version"] = WARMUP_VERSION  # its tiny sizes are other base models: a new study, not a resume
+        version = warmup_version_in_ids()
+        if any(size in SIZES for size in self.spec.sizes) and version:
+            data["warmup_version"] = version  # its tiny sizes are other base models: a new study, not a resume
         digest = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:6]
         return f"{self.spec.name}-{self.spec.search}-s{self.spec.seed}-{short_count(self.budget)}-{digest}"
 
