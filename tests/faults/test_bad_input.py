@@ -114,7 +114,11 @@ CASES = [
          ("ISOSWEEP_MLFLOW_PORT='abc': not a port", "from 1 to 65535"), env={"ISOSWEEP_MLFLOW_PORT": "abc"}),
     Case("MLFLOW_TRACKING_URI unreachable", "sweep sweeps/smoke.yaml --budget 2e3 --runs {tmp}/runs",
          ("MLFLOW_TRACKING_URI=http://127.0.0.1:9: no MLflow server answers at http://127.0.0.1:9/health",
-          "unset it to use isosweep's local server"), env={"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"}),
+          "unset it to use isosweep's local server"),
+         env={"MLFLOW_TRACKING_URI": "http://127.0.0.1:9", "ISOSWEEP_MLFLOW_WAIT_S": "1"}),
+    Case("ISOSWEEP_MLFLOW_WAIT_S not a wait", "sweep sweeps/smoke.yaml --budget 2e3 --runs {tmp}/runs",
+         ("ISOSWEEP_MLFLOW_WAIT_S='soon': not a wait", "seconds from 0 to 86400"),
+         env={"MLFLOW_TRACKING_URI": "http://127.0.0.1:9", "ISOSWEEP_MLFLOW_WAIT_S": "soon"}),
 ]
 
 ELSEWHERE = {

@@ -10,6 +10,7 @@ starts it as a process: it does not import mlflow.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -67,18 +68,33 @@ def answers(uri: str, timeout: float = 2.0) -> bool:
         return False
 
 
-def reachable(uri: str, wait_s: float = 20.0) -> str:
-    """``uri`` (from ``MLFLOW_TRACKING_URI``) if an MLflow server answers its ``/health`` within ``wait_s``;
-    else a :class:`ConfigError` naming it -- at once, rather than after the MLflow client's minutes of retries
-    with a study folder and runs half made. Only HTTP(S) servers are checked (a ``file:`` or database URI is
-    MLflow's to open)."""
+def tracking_wait_s() -> float:
+    """How long to wait for ``$MLFLOW_TRACKING_URI`` to answer: ``$ISOSWEEP_MLFLOW_WAIT_S`` seconds, default 20
+    (a server that is still starting gets that long)."""
+    text = os.environ.get("ISOSWEEP_MLFLOW_WAIT_S", "20")
+    try:
+        wait_s = float(text)
+    except ValueError:
+        wait_s = math.nan
+    if not 0 <= wait_s <= 86400:
+        raise ConfigError(f"ISOSWEEP_MLFLOW_WAIT_S={text!r}: not a wait; allowed: seconds from 0 to 86400 (how long "
+                          "to wait for MLFLOW_TRACKING_URI to answer, default 20)")
+    return wait_s
+
+
+def reachable(uri: str, wait_s: float | None = None) -> str:
+    """``uri`` (from ``MLFLOW_TRACKING_URI``) if an MLflow server answers its ``/health`` within ``wait_s``
+    (default: :func:`tracking_wait_s`); else a :class:`ConfigError` naming it -- at once, rather than after the
+    MLflow client's minutes of retries with a study folder and runs half made. Only HTTP(S) servers are checked
+    (a ``file:`` or database URI is MLflow's to open)."""
     if not uri.startswith(("http://", "https://")):
         return uri
+    wait_s = tracking_wait_s() if wait_s is None else wait_s
     deadline = time.monotonic() + wait_s
     while not answers(uri, timeout=5.0):
         if time.monotonic() > deadline:
             raise ConfigError(f"MLFLOW_TRACKING_URI={uri}: no MLflow server answers at {uri.rstrip('/')}/health "
-                              f"(tried for {wait_s:.0f} s); start it, correct the variable, or unset it to use "
+                              f"(tried for {wait_s:g} s; ISOSWEEP_MLFLOW_WAIT_S sets how long); start it, correct the variable, or unset it to use "
                               "isosweep's local server")
         time.sleep(1.0)
     return uri
