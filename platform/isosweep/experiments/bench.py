@@ -119,14 +119,17 @@ def cpu_ticks() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
-def sweep_fixed_cost(work: Path, concurrency: int | None, trial_yaml: str = "sweeps/trials/easy.yaml") -> dict:
+def sweep_fixed_cost(work: Path, concurrency: int | None, trial_yaml: str = "sweeps/trials/easy.yaml",
+                     repeat: int = 0) -> dict:
     """One run of the fixed-cost sweep (``concurrency`` trials at a time; None: as many as fit, as a sweep runs):
     the training wall time (from Tune's start to the last trial's end, read off the sweep's progress lines), the
     trials' stepping (steps and every evaluation after the first), the fixed cost per trial, each trial's
-    ``time/start_*`` split, and the share of the cores busy meanwhile. Ray must be running (this process's)."""
+    ``time/start_*`` split, and the share of the cores busy meanwhile. Ray must be running (this process's).
+    Each ``repeat`` is a sweep of its own name (one MLflow parent run per runs folder)."""
     from isosweep.run.grid import run_sweep  # reason: Ray Tune and MLflow, for this part only
 
-    spec = {"name": f"bench-fixed-{concurrency or 'packed'}", "study": "isocompute", "trial": str(Path(trial_yaml).resolve()),
+    name = f"bench-fixed-{concurrency or 'packed'}-r{repeat}"
+    spec = {"name": name, "study": "isocompute", "trial": str(Path(trial_yaml).resolve()),
             "budget": SWEEP_BUDGET, "grid": SWEEP_GRID, "seeds": [0],
             "set": {"eval.every": 1_000_000}, "frontier": {"bootstrap": 20}}
     path = work / f"{spec['name']}.yaml"
@@ -175,7 +178,7 @@ def sweep_part(repeats: int = 2) -> dict:
                 for concurrency in (1, None):
                     work = Path(tmp) / f"r{r}-{concurrency or 'packed'}"
                     work.mkdir()
-                    run = sweep_fixed_cost(work, concurrency)
+                    run = sweep_fixed_cost(work, concurrency, repeat=r)
                     runs.append(run)
                     print(f"[bench] sweep of {run['trials']} trials, {run['concurrency']} at a time: training "
                           f"{run['training_wall_s']:.1f} s wall, {run['stepping_s']:.1f} s of steps, cores busy "
