@@ -119,22 +119,26 @@ def cpu_ticks() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
+def fixed_cost_sweep_file(work: Path, concurrency: int | None, trial_yaml: str, repeat: int) -> Path:
+    """The fixed-cost sweep's file in ``work``: a name of its own per ``concurrency`` and ``repeat`` (one MLflow
+    parent run belongs to one runs folder, so a repeat under the same name would be refused)."""
+    spec = {"name": f"bench-fixed-{concurrency or 'packed'}-r{repeat}", "study": "isocompute",
+            "trial": str(Path(trial_yaml).resolve()), "budget": SWEEP_BUDGET, "grid": SWEEP_GRID, "seeds": [0],
+            "set": {"eval.every": 1_000_000}, "frontier": {"bootstrap": 20}}
+    path = work / f"{spec['name']}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
 def sweep_fixed_cost(work: Path, concurrency: int | None, trial_yaml: str = "sweeps/trials/easy.yaml",
                      repeat: int = 0) -> dict:
     """One run of the fixed-cost sweep (``concurrency`` trials at a time; None: as many as fit, as a sweep runs):
     the training wall time (from Tune's start to the last trial's end, read off the sweep's progress lines), the
     trials' stepping (steps and every evaluation after the first), the fixed cost per trial, each trial's
-    ``time/start_*`` split, and the share of the cores busy meanwhile. Ray must be running (this process's).
-    Each ``repeat`` is a sweep of its own name (one MLflow parent run per runs folder)."""
+    ``time/start_*`` split, and the share of the cores busy meanwhile. Ray must be running (this process's)."""
     from isosweep.run.grid import run_sweep  # reason: Ray Tune and MLflow, for this part only
 
-    name = f"bench-fixed-{concurrency or 'packed'}-r{repeat}"
-    spec = {"name": name, "study": "isocompute", "trial": str(Path(trial_yaml).resolve()),
-            "budget": SWEEP_BUDGET, "grid": SWEEP_GRID, "seeds": [0],
-            "set": {"eval.every": 1_000_000}, "frontier": {"bootstrap": 20}}
-    path = work / f"{spec['name']}.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    sweep = load_sweep(path)
+    sweep = load_sweep(fixed_cost_sweep_file(work, concurrency, trial_yaml, repeat))
     marks: dict[str, float] = {}
     busy: list[tuple[int, int]] = []
 
