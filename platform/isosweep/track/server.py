@@ -94,8 +94,8 @@ def reachable(uri: str, wait_s: float | None = None) -> str:
     while not answers(uri, timeout=5.0):
         if time.monotonic() > deadline:
             raise ConfigError(f"MLFLOW_TRACKING_URI={uri}: no MLflow server answers at {uri.rstrip('/')}/health "
-                              f"(tried for {wait_s:g} s; ISOSWEEP_MLFLOW_WAIT_S sets how long); start it, correct the variable, or unset it to use "
-                              "isosweep's local server")
+                              f"(tried for {wait_s:g} s; ISOSWEEP_MLFLOW_WAIT_S sets how long); start it, correct "
+                              "the variable, or unset it to use isosweep's local server")
         time.sleep(1.0)
     return uri
 
