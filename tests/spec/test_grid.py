@@ -154,20 +154,31 @@ def test_eval_points_are_log_spaced_in_compute():
                                                     ("n-only.yaml", "n-only-easy"), ("fixed-batch.yaml", "fixed-batch")])
 def test_a_sweep_keeps_its_id_across_versions_so_a_rerun_resumes_it(sweep_file, folder, tmp_path, monkeypatch):
     """Keys added to the trial config later (at their defaults) leave a sweep's id as it was: the studies
-    committed in dashboards/ were run under these ids, and a rerun of their files must find their trials. Those in
-    dashboards/warmup-v1/ ran on base models of the first warm-up version, which carried no version in the id; a
-    newer version builds other base models, so a rerun of their files is a new sweep, not a resumption."""
+    committed in dashboards/ were run under these ids, and a rerun of their files must find their trials. The
+    archived ones ran under another default: dashboards/v2-lr1e-5/ at lr_ref 1e-5, and dashboards/warmup-v1/ also
+    on base models of the first warm-up version, which carried no version in the id. Their files with those
+    settings restored give their ids back; as they stand, a rerun is a new sweep, not a resumption."""
     from isosweep.models import sizes
 
     committed = json.loads((ROOT / "dashboards" / folder / "fits.json").read_text())
     sweep = load_sweep(ROOT / "sweeps" / sweep_file, budget=committed["budget"])
     assert sweep.sweep_id == committed["title"]
     text = (ROOT / "sweeps" / sweep_file).read_text().replace("trial: trials/", f"trial: {ROOT}/sweeps/trials/")
-    (tmp_path / sweep_file).write_text(text.replace("\nset:\n", "\nset:\n  task.prompt_format: raw\n"))
-    raw = load_sweep(tmp_path / sweep_file, budget=committed["budget"])  # such a key set is a change: a new id
+
+    def with_set(line: str) -> Path:
+        path = tmp_path / f"{line.split(':')[0]}-{sweep_file}"
+        path.write_text(text.replace("\nset:\n", f"\nset:\n  {line}\n"))
+        return path
+
+    raw = load_sweep(with_set("task.prompt_format: raw"), budget=committed["budget"])  # a key set is a change
     assert raw.sweep_id != sweep.sweep_id and raw.sweep_id.startswith(sweep.sweep_id[:-6])
 
+    earlier_lr = with_set("algorithm.lr_ref: 1.0e-5")  # the default before the pilot on the version-2 model
+    archived = json.loads((ROOT / "dashboards" / "v2-lr1e-5" / folder / "fits.json").read_text())
+    assert sweep.sweep_id != archived["title"]
+    assert load_sweep(earlier_lr, budget=archived["budget"]).sweep_id == archived["title"]
+
     first = json.loads((ROOT / "dashboards" / "warmup-v1" / folder / "fits.json").read_text())
-    assert sizes.warmup_version_in_ids() == "2" and sweep.sweep_id != first["title"]
+    assert sizes.warmup_version_in_ids() == "2" and archived["title"] != first["title"]
     monkeypatch.setattr(sizes, "WARMUP_VERSION", sizes.FIRST_WARMUP_VERSION)  # the base models those studies ran on
-    assert load_sweep(ROOT / "sweeps" / sweep_file, budget=first["budget"]).sweep_id == first["title"]
+    assert load_sweep(earlier_lr, budget=first["budget"]).sweep_id == first["title"]
