@@ -82,14 +82,14 @@ def tracking_wait_s() -> float:
     return wait_s
 
 
-def reachable(uri: str, wait_s: float | None = None) -> str:
-    """``uri`` (from ``MLFLOW_TRACKING_URI``) if an MLflow server answers its ``/health`` within ``wait_s``
-    (default: :func:`tracking_wait_s`); else a :class:`ConfigError` naming it -- at once, rather than after the
-    MLflow client's minutes of retries with a study folder and runs half made. Only HTTP(S) servers are checked
-    (a ``file:`` or database URI is MLflow's to open)."""
+def reachable(uri: str) -> str:
+    """``uri`` (from ``MLFLOW_TRACKING_URI``) if an MLflow server answers its ``/health`` within
+    :func:`tracking_wait_s`; else a :class:`ConfigError` naming it -- at once, rather than after the MLflow
+    client's minutes of retries with a study folder and runs half made. Only HTTP(S) servers are checked (a
+    ``file:`` or database URI is MLflow's to open)."""
     if not uri.startswith(("http://", "https://")):
         return uri
-    wait_s = tracking_wait_s() if wait_s is None else wait_s
+    wait_s = tracking_wait_s()
     deadline = time.monotonic() + wait_s
     while not answers(uri, timeout=5.0):
         if time.monotonic() > deadline:
