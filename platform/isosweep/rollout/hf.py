@@ -21,22 +21,32 @@ def sample_tokens(
     eos_id: int,
     pad_id: int,
     generator: torch.Generator,
+    compact_below: float = 0.75,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Ancestral sampling with a KV cache from left-padded prompts.
 
     Returns ``tokens (batch, max_new_tokens)``, ``logprobs (batch, max_new_tokens)`` (post-temperature
     log-prob of each sampled token) and ``lengths (batch,)``: the number of valid tokens of each
     row, ``<eos>`` included. Positions past a row's length hold ``pad_id`` and log-prob 0.
+
+    Two savings that leave the samples as they were (the same tokens for a given ``generator`` state):
+    a run of identical prompts (the ``n`` samples of one problem) is read once and its KV cache copied
+    to every row of the run, and once fewer than ``compact_below`` of the rows still being computed are
+    live, the finished rows are dropped from the batch. Every step still draws one token for every row
+    (a finished row's draw is discarded), so the generator advances as it would without them.
     """
     batch = len(prompt_ids)
-    width = max(len(p) for p in prompt_ids)
     device = next(model.parameters()).device
-    input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
-    attention = torch.zeros((batch, width), dtype=torch.long)
-    for row, ids in enumerate(prompt_ids):
+    starts = [row == 0 or prompt_ids[row] != prompt_ids[row - 1] for row in range(batch)]
+    unique = [ids for ids, start in zip(prompt_ids, starts) if start]
+    to_unique = torch.tensor(starts, dtype=torch.long).cumsum(0) - 1  # row -> its prompt's row in ``unique``
+    width = max(len(p) for p in unique)
+    input_ids = torch.full((len(unique), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(unique), width), dtype=torch.long)
+    for row, ids in enumerate(unique):
         input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
         attention[row, width - len(ids):] = 1
-    input_ids, attention = input_ids.to(device), attention.to(device)
+    input_ids, attention, to_unique = input_ids.to(device), attention.to(device), to_unique.to(device)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
 
     tokens = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long, device=device)
@@ -44,26 +54,37 @@ def sample_tokens(
     lengths = torch.zeros(batch, dtype=torch.long, device=device)
     done = torch.zeros(batch, dtype=torch.bool, device=device)
     out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True)
-    next_pos = positions[:, -1:] + 1
+    cache, last_logits = out.past_key_values, out.logits[:, -1, :]
+    if len(unique) < batch:
+        cache.batch_select_indices(to_unique)
+        last_logits = last_logits[to_unique]
+    attention, next_pos = attention[to_unique], positions[to_unique, -1:] + 1
+    rows = torch.arange(batch, device=device)  # the batch rows the model computes, in its order
     for t in range(max_new_tokens):
-        step_logp = torch.log_softmax(out.logits[:, -1, :].float() / temperature, dim=-1)
-        token = torch.multinomial(step_logp.exp(), 1, generator=generator).squeeze(-1)
+        rows_logp = torch.log_softmax(last_logits.float() / temperature, dim=-1)
+        probs = torch.zeros((batch, rows_logp.shape[-1]), device=device)
+        probs[:, 0] = 1.0  # a dropped (finished) row: a placeholder draw, discarded
+        probs[rows] = rows_logp.exp()
+        token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        step_logp = torch.zeros(batch, device=device)
+        step_logp[rows] = rows_logp.gather(-1, token[rows, None]).squeeze(-1)
         live = ~done
         tokens[live, t] = token[live]
-        logprobs[live, t] = step_logp[live].gather(-1, token[live, None]).squeeze(-1)
+        logprobs[live, t] = step_logp[live]
         lengths += live.long()
         done |= token == eos_id
         if bool(done.all()) or t == max_new_tokens - 1:
             break
-        attention = torch.cat([attention, live.long()[:, None]], dim=-1)
-        feed = torch.where(live, token, torch.full_like(token, pad_id))[:, None]
-        out = model(
-            input_ids=feed,
-            attention_mask=attention,
-            position_ids=next_pos,
-            past_key_values=out.past_key_values,
-            use_cache=True,
-        )
+        computed_live = ~done[rows]
+        if int(computed_live.sum()) < compact_below * len(rows):
+            keep = computed_live.nonzero().squeeze(-1)
+            cache.batch_select_indices(keep)
+            rows, attention, next_pos, computed_live = rows[keep], attention[keep], next_pos[keep], computed_live[keep]
+        attention = torch.cat([attention, computed_live.long()[:, None]], dim=-1)
+        feed = torch.where(computed_live, token[rows], torch.full_like(rows, pad_id))[:, None]
+        out = model(input_ids=feed, attention_mask=attention, position_ids=next_pos, past_key_values=cache,
+                    use_cache=True)
+        cache, last_logits = out.past_key_values, out.logits[:, -1, :]
         next_pos = next_pos + 1
     return tokens.cpu(), logprobs.cpu(), lengths.cpu()
 
