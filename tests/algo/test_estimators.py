@@ -101,7 +101,7 @@ def test_summarize_against_per_problem_estimators() -> None:
     for k in (1, 2, 4, 8):
         correct = (rng.random((30, 8)) < rng.random((30, 1))).astype(np.int64)
         out = summarize(correct, k)
-        assert set(out) == {f"mean@{k}", f"best@{k}", f"worst@{k}", f"stderr_mean@{k}"}
+        assert set(out) == {f"mean@{k}", f"best@{k}", f"worst@{k}", f"stderr_mean@{k}", f"sampling_se_mean@{k}"}
         assert all(isinstance(v, float) for v in out.values())
         per_problem = [brute_force(int(c), 8, k) for c in correct.sum(axis=1)]
         for i, key in enumerate(("mean", "best", "worst")):
@@ -120,6 +120,9 @@ def test_summarize_hand_case_and_edges() -> None:
     assert out["worst@2"] == pytest.approx((1 / 6 + 1) / 2)
     assert out["stderr_mean@2"] == pytest.approx(0.25)
     assert math.isnan(summarize(correct[:1], 2)["stderr_mean@2"])
+    # sampling alone: (1/2 * 1/2 / 3 + 0) / 2^2 under the root
+    assert out["sampling_se_mean@2"] == pytest.approx(math.sqrt(0.25 / 3) / 2)
+    assert math.isnan(summarize(correct[:, :1], 1)["sampling_se_mean@1"])
     with pytest.raises(ValueError, match="problems"):
         summarize(np.zeros(4), 2)
     with pytest.raises(ValueError, match="problems"):
@@ -128,3 +131,17 @@ def test_summarize_hand_case_and_edges() -> None:
         summarize(np.array([[0, 2]]), 1)
     with pytest.raises(ValueError, match="k <= n"):
         summarize(correct, 5)
+
+
+def test_sampling_se_is_the_spread_of_re_evaluations_on_fixed_problems() -> None:
+    """Against simulation: evaluate one "policy" (fixed per-problem pass rates) again and again on the same
+    problems; the spread of its mean@k is what ``sampling_se_mean@k`` reports from a single evaluation, and it
+    is smaller than ``stderr_mean@k``, which also counts the spread between problems."""
+    rng = np.random.default_rng(1)
+    rates = rng.beta(1.2, 1.0, size=200)
+    for samples in (4, 16):
+        evaluations = [(rng.random((200, samples)) < rates[:, None]).astype(int) for _ in range(400)]
+        observed = np.std([summarize(e, 4)["mean@4"] for e in evaluations], ddof=1)
+        reported = np.mean([summarize(e, 4)["sampling_se_mean@4"] for e in evaluations])
+        assert reported == pytest.approx(observed, rel=0.15)  # 400 re-evaluations: the std is known to ~4%
+        assert reported < np.mean([summarize(e, 4)["stderr_mean@4"] for e in evaluations])

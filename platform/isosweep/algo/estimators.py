@@ -75,10 +75,14 @@ def summarize(correct: ArrayLike, k: int) -> dict[str, float]:
         k: ``1 <= k <= n_samples``.
 
     Returns:
-        ``{"mean@k", "best@k", "worst@k", "stderr_mean@k"}`` with ``k`` written as its number
-        (e.g. ``"mean@4"``): the three estimators averaged over problems, and the standard
+        ``{"mean@k", "best@k", "worst@k", "stderr_mean@k", "sampling_se_mean@k"}`` with ``k`` written
+        as its number (e.g. ``"mean@4"``): the three estimators averaged over problems; the standard
         error of that average over problems (sample std with ``ddof=1`` over ``sqrt(problems)``;
-        ``nan`` with a single problem).
+        ``nan`` with a single problem), which counts the spread between problems as noise; and the
+        standard error from sampling alone, on *these* problems: how much mean@k moves when the same
+        policy is evaluated again on the same problems (the noise of a fixed eval set; per problem
+        ``c/n`` has variance ``p(1-p)/n``, estimated without bias by ``(c/n)(1-c/n)/(n-1)``; ``nan``
+        with one sample per problem).
     """
     table = np.asarray(correct)
     if table.ndim != 2 or table.shape[0] == 0:
@@ -89,9 +93,12 @@ def summarize(correct: ArrayLike, k: int) -> dict[str, float]:
     counts = table.sum(axis=1).astype(np.float64)
     means = mean_at_k(counts, n, k)
     stderr = float(np.std(means, ddof=1) / math.sqrt(problems)) if problems > 1 else math.nan
+    rates = counts / n
+    sampling_se = float(math.sqrt(np.sum(rates * (1 - rates) / (n - 1))) / problems) if n > 1 else math.nan
     return {
         f"mean@{k}": float(np.mean(means)),
         f"best@{k}": float(np.mean(best_at_k(counts, n, k))),
         f"worst@{k}": float(np.mean(worst_at_k(counts, n, k))),
         f"stderr_mean@{k}": stderr,
+        f"sampling_se_mean@{k}": sampling_se,
     }

@@ -83,7 +83,7 @@ class TaskConfig(Section):
     difficulty: Difficulty = "easy"
     """Problem set by base pass rate: ``easy`` (rate >= 0.3), ``hard`` (rate < 0.3) or ``all`` (every problem of the
     levels: the same set for every base model)."""
-    eval_problems: int = Field(256, gt=0)
+    eval_problems: int = Field(512, gt=0)
     """Held-out problems per evaluation (fewer if the set has fewer)."""
     dataset_config: str | None = None
     """``hf:`` datasets: the dataset's config (GSM8K: ``main``); none for a single local file."""
@@ -242,7 +242,7 @@ class EvalConfig(Section):
     and log spacing puts as many on its rise as on its plateau."""
     first: float = Field(1 / 64, gt=0, le=1)
     """The first log-spaced evaluation, as a fraction of the budget (with ``points``)."""
-    samples: int = Field(8, gt=0)
+    samples: int = Field(16, gt=0)
     """Samples per eval problem (n_eval); the estimators are unbiased for any k <= samples."""
     k: int = Field(4, gt=0)
     """k of mean@k, best@k and worst@k."""
