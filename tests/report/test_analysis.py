@@ -168,3 +168,25 @@ def test_fixed_batch_rows_use_fits_and_fall_back_to_observed_values():
         assert ns == [4, 8, 16] and fitted == [False, True, True]
         assert values[0] == 0.5
         assert values[2] == pytest.approx(result.metrics["mean@4"].fits["n16-Bp16"].predict(C))
+
+
+def test_eval_noise_is_the_sampling_se_of_each_evaluation_from_its_counts():
+    """The analysis states its eval set (problems x samples) and one evaluation's sampling-only standard error,
+    the same number each trial logged as ``eval/sampling_se_mean@k`` (both from the per-problem counts)."""
+    from isosweep.algo.estimators import summarize
+    from isosweep.report.analysis import eval_noise
+
+    rng = np.random.default_rng(3)
+    rates = rng.uniform(0.1, 0.9, 40)
+    tables = [(rng.random((40, 16)) < rates[:, None]).astype(int) for _ in COMPUTE]
+    counted = curve("n8-Bp16", 0.0, 0)
+    counted.counts, counted.samples = np.array([t.sum(axis=1) for t in tables], dtype=float), 16
+    noise = eval_noise([counted, curve("n4-Bp16", 0.0, 0)])  # a trial without counts adds nothing
+    per_eval = [summarize(t, 4)["sampling_se_mean@4"] for t in tables]
+    assert (noise["problems"], noise["samples"]) == (40, 16) and noise["sampling_se_mean"]["evaluations"] == len(tables)
+    assert noise["sampling_se_mean"]["median"] == pytest.approx(float(np.median(per_eval)))
+    assert noise["sampling_se_mean"]["max"] == pytest.approx(max(per_eval))
+    assert eval_noise([curve("n4-Bp16", 0.0, 0)]) == {}
+    result = analyse([counted], title="noise", study="isocompute", budget=BUDGET, primary="mean@4", bootstrap=0)
+    assert "eval: 40 fixed problems x 16 samples" in table_text(result)
+    assert result.to_json()["eval"] == noise

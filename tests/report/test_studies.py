@@ -334,3 +334,10 @@ def test_a_study_extended_by_new_seeds_keeps_and_pools_the_earlier_seeds(tmp_pat
     assert len(alpha) == len(rows)
     write_outputs(tmp_path, rows[6:])  # a rerun of seed 2 replaces its rows, never doubles them
     assert len(list(csv.DictReader((tmp_path / "table.csv").open()))) == len(rows)
+
+
+def test_a_study_label_names_its_eval_set_and_one_evaluations_noise():
+    data = {"budget": BUDGET, "configs": {"n4-Bp16": {}}, "seeds": [0, 1], "difficulty": "easy",
+            "eval": {"problems": 470, "samples": 16, "sampling_se_mean": {"median": 0.0047, "max": 0.005, "evaluations": 9}}}
+    assert "eval 470 problems x 16 samples, one evaluation's sampling se 0.0047)" in S.Study("s", data).label()
+    assert "eval" not in S.Study("s", {k: v for k, v in data.items() if k != "eval"}).label()

@@ -116,7 +116,8 @@ class Analysis:
     def to_json(self) -> dict:
         out = {"title": self.title, "study": self.study, "budget": self.budget, "primary": self.primary,
                "difficulty": self.difficulty, "seeds": self.seeds(), "trials": len(self.curves),
-               "configs": self.configs, "gains": gains(self), "noise": self.noise, "metrics": {}}
+               "configs": self.configs, "gains": gains(self), "noise": self.noise, "eval": eval_noise(self.curves),
+               "metrics": {}}
         if self.pooled_from:
             out["pooled_from"] = list(self.pooled_from)
         for name, m in self.metrics.items():
@@ -517,6 +518,25 @@ def analyse(curves: list[Curve], *, title: str, study: str, budget: int, primary
                     configs=configs, curves=curves, noise=sampler.describe(), difficulty=difficulty)
 
 
+def eval_noise(curves: list[Curve]) -> dict:
+    """The eval set behind the curves and the noise of one evaluation on it: problems x samples, and the
+    standard error of mean@k from sampling alone (how much one evaluation of a policy moves when it is repeated
+    on the same fixed problems; :func:`isosweep.algo.estimators.summarize`), median and largest over every
+    evaluation with counts. Empty when no trial saved counts."""
+    se, shapes = [], set()
+    for curve in curves:
+        if curve.counts is None or not curve.samples or curve.samples < 2:
+            continue
+        shapes.add((curve.counts.shape[1], curve.samples))
+        rates = curve.counts / curve.samples
+        se.extend(np.sqrt(np.sum(rates * (1 - rates), axis=1) / (curve.samples - 1)) / curve.counts.shape[1])
+    if not se:
+        return {}
+    problems, samples = (sorted(shapes)[0] if len(shapes) == 1 else (None, None))
+    return {"problems": problems, "samples": samples, "sampling_se_mean": {
+        "median": float(np.median(se)), "max": float(np.max(se)), "evaluations": len(se)}}
+
+
 def gains(analysis: Analysis) -> dict[str, dict[str, float]]:
     """Per metric: the base model's value (the mean of the evaluations at compute 0), the best
     value observed by C_max over all trials, and the difference -- which metric a sweep moved most.
@@ -585,6 +605,14 @@ def table_text(analysis: Analysis, metric: str | None = None) -> str:
                      f"of n, 90% CI [{fmt(t['low'], '+.4f')}, {fmt(t['high'], '+.4f')}] -> "
                      + {"grows": "grows with n", "falls": "falls with n", "tie": "no trend beyond the noise"}[
                          t["direction"]])
+    noise = eval_noise(analysis.curves)
+    if noise:
+        shape = (f"{noise['problems']} fixed problems x {noise['samples']} samples" if noise["problems"]
+                 else "trials on eval sets of different sizes")
+        se = noise["sampling_se_mean"]
+        lines.append(f"eval: {shape}; one evaluation's standard error of mean@k from sampling alone (the same "
+                     f"policy evaluated again on these problems): median {se['median']:.4f}, largest {se['max']:.4f} "
+                     f"over {se['evaluations']} evaluations")
     moved = gains(analysis)
     if moved:
         lines.append("gain over the base model (compute 0) to the best observed by C_max: " + ", ".join(

@@ -60,9 +60,12 @@ class Study:
     def label(self) -> str:
         seeds = self.data.get("seeds", [])
         pooled = self.data.get("pooled_from", [])
+        noise = self.data.get("eval") or {}
+        evals = (f"; eval {noise['problems']} problems x {noise['samples']} samples, one evaluation's sampling se "
+                 f"{noise['sampling_se_mean']['median']:.4f}" if noise.get("problems") else "")
         return (f"`{self.folder}` ({self.difficulty}, C = {self.data['budget']:,}, {len(self.data['configs'])} configs, "
                 f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''}"
-                + (f"; sweeps {', '.join(f'`{p}`' for p in pooled)} pooled" if len(pooled) > 1 else "") + ")")
+                + (f"; sweeps {', '.join(f'`{p}`' for p in pooled)} pooled" if len(pooled) > 1 else "") + evals + ")")
 
 
 @dataclass
