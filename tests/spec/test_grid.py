@@ -155,9 +155,10 @@ def test_eval_points_are_log_spaced_in_compute():
 def test_a_sweep_keeps_its_id_across_versions_so_a_rerun_resumes_it(sweep_file, folder, tmp_path, monkeypatch):
     """Keys added to the trial config later (at their defaults) leave a sweep's id as it was: the studies
     committed in dashboards/ were run under these ids, and a rerun of their files must find their trials. The
-    archived ones ran under another default: dashboards/v2-lr1e-5/ at lr_ref 1e-5, and dashboards/warmup-v1/ also
-    on base models of the first warm-up version, which carried no version in the id. Their files with those
-    settings restored give their ids back; as they stand, a rerun is a new sweep, not a resumption."""
+    archived ones ran under earlier defaults: dashboards/v2-eval256/ on 256 eval problems x 8 samples,
+    dashboards/v2-lr1e-5/ also at lr_ref 1e-5, and dashboards/warmup-v1/ also on base models of the first
+    warm-up version, which carried no version in the id. Their files with those settings restored give their
+    ids back; as they stand, a rerun is a new sweep, not a resumption."""
     from isosweep.models import sizes
 
     committed = json.loads((ROOT / "dashboards" / folder / "fits.json").read_text())
@@ -165,17 +166,22 @@ def test_a_sweep_keeps_its_id_across_versions_so_a_rerun_resumes_it(sweep_file, 
     assert sweep.sweep_id == committed["title"]
     text = (ROOT / "sweeps" / sweep_file).read_text().replace("trial: trials/", f"trial: {ROOT}/sweeps/trials/")
 
-    def with_set(line: str) -> Path:
-        path = tmp_path / f"{line.split(':')[0]}-{sweep_file}"
-        path.write_text(text.replace("\nset:\n", f"\nset:\n  {line}\n"))
+    def with_set(*lines: str) -> Path:
+        path = tmp_path / f"{'-'.join(line.split(':')[0] for line in lines)}-{sweep_file}"
+        path.write_text(text.replace("\nset:\n", "\nset:\n" + "".join(f"  {line}\n" for line in lines)))
         return path
 
     raw = load_sweep(with_set("task.prompt_format: raw"), budget=committed["budget"])  # a key set is a change
     assert raw.sweep_id != sweep.sweep_id and raw.sweep_id.startswith(sweep.sweep_id[:-6])
 
-    earlier_lr = with_set("algorithm.lr_ref: 1.0e-5")  # the default before the pilot on the version-2 model
+    smaller_eval = ("task.eval_problems: 256", "eval.samples: 8")  # the eval set before 512 problems x 16 samples
+    eval256 = json.loads((ROOT / "dashboards" / "v2-eval256" / folder / "fits.json").read_text())
+    assert sweep.sweep_id != eval256["title"]
+    assert load_sweep(with_set(*smaller_eval), budget=eval256["budget"]).sweep_id == eval256["title"]
+
+    earlier_lr = with_set(*smaller_eval, "algorithm.lr_ref: 1.0e-5")  # the default before the version-2 pilot
     archived = json.loads((ROOT / "dashboards" / "v2-lr1e-5" / folder / "fits.json").read_text())
-    assert sweep.sweep_id != archived["title"]
+    assert sweep.sweep_id != archived["title"] and eval256["title"] != archived["title"]
     assert load_sweep(earlier_lr, budget=archived["budget"]).sweep_id == archived["title"]
 
     first = json.loads((ROOT / "dashboards" / "warmup-v1" / folder / "fits.json").read_text())
