@@ -242,7 +242,7 @@ class EvalConfig(Section):
     and log spacing puts as many on its rise as on its plateau."""
     first: float = Field(1 / 64, gt=0, le=1)
     """The first log-spaced evaluation, as a fraction of the budget (with ``points``)."""
-    samples: int = Field(16, gt=0)
+    samples: int = Field(20, gt=0)
     """Samples per eval problem (n_eval); the estimators are unbiased for any k <= samples."""
     k: int = Field(4, gt=0)
     """k of mean@k, best@k and worst@k."""
