@@ -67,6 +67,17 @@ def worst_at_k(c: ArrayLike, n: int, k: int) -> float | np.ndarray:
     return _as_input(_binomial_ratio(counts, n, k), c)
 
 
+def sampling_se_of_mean(counts: ArrayLike, n: int) -> float | np.ndarray:
+    """Standard error of the mean pass rate (= mean@k for every k) over problems from sampling alone, on these
+    problems: per problem ``c/n`` has variance ``p(1-p)/n``, estimated without bias by ``(c/n)(1-c/n)/(n-1)``.
+    ``counts`` is ``(problems,)`` or ``(evaluations, problems)`` (one value per evaluation); ``nan`` for ``n = 1``."""
+    rates = np.asarray(counts, dtype=np.float64) / n
+    if n < 2:
+        return np.full(rates.shape[:-1], math.nan) if rates.ndim > 1 else math.nan
+    se = np.sqrt(np.sum(rates * (1 - rates), axis=-1) / (n - 1)) / rates.shape[-1]
+    return se if rates.ndim > 1 else float(se)
+
+
 def summarize(correct: ArrayLike, k: int) -> dict[str, float]:
     """Eval metrics over problems from a 0/1 correctness matrix.
 
@@ -93,8 +104,7 @@ def summarize(correct: ArrayLike, k: int) -> dict[str, float]:
     counts = table.sum(axis=1).astype(np.float64)
     means = mean_at_k(counts, n, k)
     stderr = float(np.std(means, ddof=1) / math.sqrt(problems)) if problems > 1 else math.nan
-    rates = counts / n
-    sampling_se = float(math.sqrt(np.sum(rates * (1 - rates) / (n - 1))) / problems) if n > 1 else math.nan
+    sampling_se = float(sampling_se_of_mean(counts, n))
     return {
         f"mean@{k}": float(np.mean(means)),
         f"best@{k}": float(np.mean(best_at_k(counts, n, k))),

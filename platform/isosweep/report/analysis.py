@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from isosweep.algo.estimators import best_at_k, mean_at_k, worst_at_k
+from isosweep.algo.estimators import best_at_k, mean_at_k, sampling_se_of_mean, worst_at_k
 from isosweep.report import frontier as F
 from isosweep.report.plots import png, pyplot
 from isosweep.report.tables import fmt, text_table
@@ -528,8 +528,7 @@ def eval_noise(curves: list[Curve]) -> dict:
         if curve.counts is None or not curve.samples or curve.samples < 2:
             continue
         shapes.add((curve.counts.shape[1], curve.samples))
-        rates = curve.counts / curve.samples
-        se.extend(np.sqrt(np.sum(rates * (1 - rates), axis=1) / (curve.samples - 1)) / curve.counts.shape[1])
+        se.extend(sampling_se_of_mean(curve.counts, curve.samples))
     if not se:
         return {}
     problems, samples = (sorted(shapes)[0] if len(shapes) == 1 else (None, None))
