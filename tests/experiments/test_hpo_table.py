@@ -27,7 +27,8 @@ def spec_file(tmp_path, **changes):
     text = {"name": "t", "trial": str(ROOT / "sweeps" / "trials" / "easy.yaml"), "budget": 256,
             "sizes": ["tiny-1m"], "seeds": [0], "grid": {"algorithm.lr_ref": [1.0e-5, 1.0e-4]},
             "default": {"algorithm.lr_ref": 1.0e-5},
-            "set": {"Bp": 8, "n": 4, "eval.every": 4, "task.eval_problems": 32, "rollout.engine": "hf"}}
+            "set": {"Bp": 8, "n": 4, "eval.every": 4, "task.eval_problems": 32, "eval.samples": 8,
+                    "rollout.engine": "hf"}}
     text.update(changes)
     path = tmp_path / "table.yaml"
     path.write_text(json.dumps(text))

@@ -75,7 +75,7 @@ CASES = [
     Case("unknown model", f"{TRIAL} model.name=tiny-2m", ("key 'model.name': unknown model 'tiny-2m'", "tiny-0.3m, tiny-1m")),
     Case("unknown task", f"{TRIAL} task.name=algebra", ("key 'task.name': unknown task 'algebra'", "allowed: arithmetic")),
     Case("levels the task lacks", f"{TRIAL} task.levels=[9]", ("levels [9] not allowed for task 'arithmetic'",)),
-    Case("k above the samples per problem", f"{TRIAL} eval.k=16", ("key 'eval': k = 16", "allowed: k <= samples (8)")),
+    Case("k above the samples per problem", f"{TRIAL} eval.k=32", ("key 'eval': k = 32", "allowed: k <= samples (20)")),
     Case("unknown hardware profile", f"{TRIAL} profile=gpu-lots", ("key 'profile': unknown hardware profile 'gpu-lots'",
                                                                    "cpu-tiny", "clusters/profiles.yaml")),
     Case("--set without =", f"{TRIAL} Bp", ("--set 'Bp': expected key=value",)),

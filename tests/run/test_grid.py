@@ -114,7 +114,8 @@ def test_make_sweep_smoke_prints_the_frontier_and_fills_mlflow(mlflow_server, tm
                             env=env_for(mlflow_env), capture_output=True, text=True, timeout=300)
     assert report.returncode == 0, report.stderr[-3000:]
     assert (refreshed / "smoke" / "frontier.csv").read_text() == (dashboards / "smoke" / "frontier.csv").read_text()
-    assert "`smoke` (easy, C = 2,000, 2 configs, 1 seed)" in (refreshed / "REPORT.md").read_text()
+    label = "`smoke` (easy, C = 2,000, 2 configs, 1 seed; eval 32 problems x 4 samples"
+    assert label in (refreshed / "REPORT.md").read_text()
     assert len(client.search_model_versions(f"name = '{name}'")) == len(winners)  # redone twice, registered once
 
 
