@@ -531,7 +531,7 @@ def eval_noise(curves: list[Curve]) -> dict:
         se.extend(sampling_se_of_mean(curve.counts, curve.samples))
     if not se:
         return {}
-    problems, samples = (sorted(shapes)[0] if len(shapes) == 1 else (None, None))
+    problems, samples = next(iter(shapes)) if len(shapes) == 1 else (None, None)
     return {"problems": problems, "samples": samples, "sampling_se_mean": {
         "median": float(np.median(se)), "max": float(np.max(se)), "evaluations": len(se)}}
 
