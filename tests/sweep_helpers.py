@@ -50,7 +50,7 @@ def check_mlflow_matches_the_trials(client, sweep, runs_dir: Path) -> None:
         assert run.data.params["n"] == str(point.cfg.n) and run.data.params["Bp"] == str(point.cfg.Bp)
 
 
-def wait_for(predicate, timeout: float, what: str, every: float = 1.0) -> None:
+def wait_for(predicate, timeout: float, what: str, every: float = 0.25) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -98,6 +98,34 @@ def listeners_while_running(proc, every: float = 0.5) -> set[tuple[str, int, str
                 seen.add((conn.laddr.ip, conn.laddr.port, name))
         time.sleep(every)
     return seen
+
+
+def signal_and_wait(proc, sig: int, timeout: float = 120, teardown: float = 60) -> float:
+    """Send ``sig`` to ``proc``, wait for it to exit, then for the Ray it had started (GCS, raylet and every
+    worker: what could still write to a trial folder) to be gone, at most ``teardown`` seconds; returns the
+    seconds that last wait took. A sweep started next then finds no trial of the old one still running. Ray's
+    node agents are not waited for: after a SIGKILL they outlive the rest by about a minute, doing nothing."""
+    import psutil  # reason: a dependency of Ray, used only by the tests that follow process trees
+
+    def counts(p) -> bool:
+        name = p.name()
+        return name in ("gcs_server", "raylet") or (name.startswith("ray::") and not name.endswith("Agent"))
+
+    tree = []
+    try:
+        for p in psutil.Process(proc.pid).children(recursive=True):
+            try:
+                if counts(p):
+                    tree.append(p)
+            except psutil.Error:
+                pass
+    except psutil.NoSuchProcess:
+        pass
+    proc.send_signal(sig)
+    proc.wait(timeout=timeout)
+    start = time.monotonic()
+    psutil.wait_procs(tree, timeout=teardown)
+    return time.monotonic() - start
 
 
 class Forwarder:

@@ -12,7 +12,6 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -30,6 +29,7 @@ from sweep_helpers import (
     env_for,
     listeners_while_running,
     record_models,
+    signal_and_wait,
     wait_for,
 )
 
@@ -138,14 +138,13 @@ def test_an_interrupted_or_killed_sweep_resumes_without_repeating_work(mlflow_se
         proc = subprocess.Popen(command, cwd=ROOT, env=env_for(mlflow_env), stdout=log, stderr=subprocess.STDOUT)
         try:
             wait_for(evaluated_past(n_records), 600, f"{n_records} evaluations of a trial")
-            proc.send_signal(sig)
-            proc.wait(timeout=120)
+            waited = signal_and_wait(proc, sig)  # and the old Ray session's workers gone
+            print(f"[test] {sig.name}: its Ray was gone {waited:.1f} s after the driver exited")
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
         assert not all(len(TrialDir(d).records()) and TrialDir(d).records()[-1]["rollouts"] >= budget - 64 for d in trials.values())
-        time.sleep(3)  # let the old Ray session tear down its workers
 
     before = {key: TrialDir(d).records() for key, d in trials.items()}
     done = subprocess.run(command, cwd=ROOT, env=env_for(mlflow_env), capture_output=True, text=True, timeout=900)

@@ -11,7 +11,6 @@ import json
 import math
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ from isosweep.spec.hpo import load_hpo
 from isosweep.track import runs
 from isosweep.trial.files import TrialDir
 from isosweep.trial.loop import train_loop
-from sweep_helpers import ISOSWEEP, ROOT, Forwarder, children, env_for, wait_for
+from sweep_helpers import ISOSWEEP, ROOT, Forwarder, children, env_for, signal_and_wait, wait_for
 
 SMOKE = ROOT / "sweeps" / "hpo-smoke.yaml"
 EASY = ROOT / "sweeps" / "trials" / "easy.yaml"
@@ -318,15 +317,14 @@ def test_make_sweep_runs_an_hpo_study_and_resumes_it(tiny_family, mlflow_server,
     proc = subprocess.Popen(command, cwd=ROOT, env=env_for(mlflow_env), stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_for(lambda: finished_trials() >= 2, 600, "two finished trials")
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=180) == 130
+        signal_and_wait(proc, signal.SIGINT, timeout=180)  # and the old Ray session's workers gone
+        assert proc.returncode == 130
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     saved = json.loads(state.read_text())
     assert not saved["finished"] and len(saved["inner"]["observations"]) >= 2
-    time.sleep(3)
 
     done = subprocess.run(["make", "-s", "sweep", f"SWEEP={SMOKE}", f"RUNS={runs_dir}", f"DASHBOARDS={tmp_path / 'dash'}"],
                           cwd=ROOT, env=env_for(mlflow_env), capture_output=True, text=True, timeout=900)

@@ -62,7 +62,9 @@ def _kill_ray_under(temp_dir: str) -> None:
                 os.kill(pid, signal.SIGTERM if _ == 0 else signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        time.sleep(3)
+        deadline = time.monotonic() + 3  # up to 3 s for them to exit before the next, harder signal
+        while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in pids):
+            time.sleep(0.1)
 
 
 @pytest.mark.slow
@@ -113,7 +115,7 @@ def test_rehearsal_two_ray_nodes_run_the_submitted_smoke_sweep(mlflow_server):
                 state = job_status(address, job)
                 if state in ("SUCCEEDED", "FAILED", "STOPPED"):
                     break
-                time.sleep(5)
+                time.sleep(1)
         finally:
             os.environ.pop("RAY_AUTH_MODE", None)
         logs = subprocess.run([RAY, "job", "logs", "--address", address, job], env=env, capture_output=True,
