@@ -219,6 +219,26 @@ def test_sweeps_pooled_into_one_analysis_are_counted_once(tmp_path):
     assert f"paired across every trial; eval set synthetic, base mean@4 {start:.3f} at step 0\n" in S.build_report(tmp_path)
 
 
+def test_a_study_whose_trials_a_larger_one_holds_is_counted_once(tmp_path):
+    curves, _ = synthetic_sweep(TRUTH, np.random.default_rng(5))
+    kw = dict(study="isocompute", budget=BUDGET, primary="mean@4", bootstrap=10, difficulty="easy")
+    full = analyse(curves, title="full-100k-aaa", **kw)
+    keys = sorted(full.configs)[:-2]
+    part = analyse([c for c in curves if c.config in keys], title="part-100k-bbb", **kw)
+    write_outputs(full, tmp_path / "full")
+    write_outputs(part, tmp_path / "part")
+    assert [s.folder for s in S.load_studies(tmp_path)] == ["full"]
+    assert "- `part`: every trial of it is also in `full`" in S.build_report(tmp_path)
+
+    # other numbers for a shared config (another eval set, another method): a study of its own
+    redrawn, _ = synthetic_sweep(TRUTH, np.random.default_rng(6))
+    write_outputs(analyse([c for c in redrawn if c.config in keys], title="part-100k-bbb", **kw), tmp_path / "part")
+    assert [s.folder for s in S.load_studies(tmp_path)] == ["full", "part"]
+    # the same configs in both (no strict subset): neither holds the other
+    write_outputs(analyse(curves, title="again-100k-ccc", **kw), tmp_path / "again")
+    assert {"full", "again"} <= {s.folder for s in S.load_studies(tmp_path)}
+
+
 # ------------------------------------------------------------------------------ the AIS claim on the ladder
 
 

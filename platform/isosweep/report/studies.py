@@ -79,10 +79,41 @@ class Claim:
 
 def load_studies(dashboards: Path) -> list[Study]:
     """Every ``<folder>/fits.json`` under ``dashboards`` (sorted by folder name), less the folders of sweeps that
-    a pooled analysis holds (its ``pooled_from``): their trials are in it, and counted once."""
+    a pooled analysis holds (its ``pooled_from``) and of studies whose every trial a larger study holds
+    (:func:`contained_studies`): their trials are in the other, and counted once."""
     found = [Study(path.parent.name, json.loads(path.read_text())) for path in sorted(dashboards.glob("*/fits.json"))]
     pooled = pooled_sweeps(found)
-    return [s for s in found if s.data["title"] not in pooled]
+    kept = [s for s in found if s.data["title"] not in pooled]
+    inside = contained_studies(kept)
+    return [s for s in kept if s.folder not in inside]
+
+
+def contained_studies(studies: list[Study]) -> dict[str, str]:
+    """folder -> the folder of a larger study that holds every trial of it: the same study kind, budget, set,
+    seeds and eval shape, a grid that is a strict subset of the larger one's, and each shared config's records
+    (every seed's running best at every evaluation, the primary metric) the same numbers -- trials are
+    deterministic, so the same trial run in two sweeps is one observation, and counting both studies would
+    count it twice. Only current-method studies are compared."""
+    def shape(s: Study) -> tuple:
+        d = s.data
+        return (d["study"], d["budget"], s.difficulty, tuple(d.get("seeds", [])), d["primary"],
+                json.dumps({k: v for k, v in (d.get("eval") or {}).items() if k != "sampling_se_mean"}, sort_keys=True))
+
+    def holds(big: Study, small: Study) -> bool:
+        if shape(big) != shape(small) or not set(small.data["configs"]) < set(big.data["configs"]):
+            return False
+        metric = small.data["primary"]
+        mine, theirs = small.data["metrics"][metric]["records"], big.data["metrics"][metric]["records"]
+        return all(small.data["configs"][c] == big.data["configs"][c] and mine.get(c) == theirs.get(c)
+                   for c in small.data["configs"])
+
+    current = [s for s in studies if s.current]
+    out = {}
+    for small in current:
+        bigger = [big for big in current if big is not small and holds(big, small)]
+        if bigger:
+            out[small.folder] = max(bigger, key=lambda b: len(b.data["configs"])).folder
+    return out
 
 
 def pooled_sweeps(studies: list[Study]) -> dict[str, str]:
@@ -511,6 +542,10 @@ def build_report(dashboards: str | Path) -> str:
     every = [Study(path.parent.name, json.loads(path.read_text())) for path in sorted(dashboards.glob("*/fits.json"))]
     for sweep, folder in sorted(pooled_sweeps(every).items()):
         lines.append(f"- sweep `{sweep}`: its trials are pooled into `{folder}` and counted there")
+    pooled = pooled_sweeps(every)
+    for small, big in sorted(contained_studies([s for s in every if s.data["title"] not in pooled]).items()):
+        lines.append(f"- `{small}`: every trial of it is also in `{big}` (the same configs, seeds and numbers), "
+                     "counted there")
     for s in studies:
         if s.current:
             lines.append(f"- {s.label()}: {s.data['trials']} trials, {s.data['noise']}{_scored_on(dashboards / s.folder)}")
