@@ -150,6 +150,16 @@ def test_eval_points_are_log_spaced_in_compute():
     assert eval_steps(TrialConfig(budget=128 * 50, Bp=16, n=8, eval={"every": 20})) == [0, 20, 40, 50]
 
 
+@pytest.mark.parametrize(("sweep_file", "folder"), [("isocompute-hard.yaml", "isocompute-hard"),
+                                                    ("isocompute-easy-full.yaml", "isocompute-easy-full"),
+                                                    ("bend-easy.yaml", "bend-easy")])
+def test_a_committed_study_is_the_sweep_its_file_runs(sweep_file, folder):
+    """The study in dashboards/<folder>/ was run under the id its sweep file gives today: rerunning the file
+    resumes (or finds finished) those trials instead of starting another sweep."""
+    committed = json.loads((ROOT / "dashboards" / folder / "fits.json").read_text())
+    assert load_sweep(ROOT / "sweeps" / sweep_file, budget=committed["budget"]).sweep_id == committed["title"]
+
+
 @pytest.mark.parametrize(("sweep_file", "folder"), [("isocompute-easy.yaml", "isocompute-easy"),
                                                     ("n-only.yaml", "n-only-easy"), ("fixed-batch.yaml", "fixed-batch")])
 def test_a_sweep_keeps_its_id_across_versions_so_a_rerun_resumes_it(sweep_file, folder, tmp_path, monkeypatch):
