@@ -4,6 +4,7 @@
 #   make trial TRIAL=sweeps/trials/easy.yaml OUT=runs/easy [SET="budget=20000 Bp=16 n=8"]
 #   make ais-study [BUDGET=20000]   bf16 vs fp8 rollouts, none/tis/ais corrections -> dashboards/ais-study
 #   make calibrate [BUDGET=20000]   the learning-rate pilot behind the default lr_ref -> dashboards/calibration
+#     (another set: TRIAL=sweeps/trials/hard.yaml SWEEP=sweeps/isocompute-hard.yaml CALIBRATION=dashboards/calibration-hard)
 #   make validate-stats             the frontier statistics checked on synthetic sweeps -> dashboards/methods
 #   make report                     each study folder redone from MLflow, then the papers' claims tested on
 #                                   the studies in dashboards/ -> dashboards/REPORT.md
@@ -82,8 +83,9 @@ validate-stats: $(STAMP)
 report: $(STAMP)
 	$(BIN)/isosweep report --refresh --dashboards $(DASHBOARDS)
 
+CALIBRATION ?= dashboards/calibration
 calibrate: $(STAMP)
-	$(BIN)/isosweep calibrate --budget $(or $(BUDGET),20000) --out dashboards/calibration
+	$(BIN)/isosweep calibrate --budget $(or $(BUDGET),20000) --trial $(TRIAL) --sweep $(SWEEP) --out $(CALIBRATION)
 
 bench: $(STAMP)
 	$(BIN)/isosweep bench --out bench/results.json

@@ -3,7 +3,7 @@
     isosweep trial sweeps/trials/easy.yaml --set budget=20000 --set Bp=16 --set n=8 --out runs/easy [--address auto]
     isosweep models build [--sizes tiny-1m ...] [--task arithmetic] [--seed 0]
     isosweep ais-study [--budget 20000] [--out dashboards/ais-study]
-    isosweep calibrate [--budget 20000] [--out dashboards/calibration]
+    isosweep calibrate [--budget 20000] [--trial sweeps/trials/easy.yaml] [--sweep sweeps/isocompute-easy.yaml] [--out ...]
     isosweep validate-stats [--repeats 20] [--out dashboards/methods]
     isosweep report [--refresh] [--dashboards dashboards]   the papers' claims tested on the studies -> REPORT.md
     isosweep bench [--out bench/results.json]
@@ -94,7 +94,8 @@ def _ais_study(args: argparse.Namespace) -> None:
 def _calibrate(args: argparse.Namespace) -> None:
     from isosweep.experiments.calibrate import run_pilot  # torch, Ray, DeepSpeed
 
-    chosen, rows = run_pilot(args.out, args.budget, extra=args.set, address=args.address)
+    chosen, rows = run_pilot(args.out, args.budget, trial_file=Path(args.trial), sweep_file=Path(args.sweep),
+                             extra=args.set, address=args.address)
     print((Path(args.out) / "summary.md").read_text())
     print(f"[calibrate] {len(rows)} trials; pilot.csv, summary.md and calibration.png in {args.out}")
 
@@ -298,6 +299,10 @@ def main(argv: list[str] | None = None) -> int:
                                 "(lr x smallest/largest batch of the default grid x 2 seeds)")
     pilot.add_argument("--budget", type=int, default=20000, help="C per trial, in rollouts (default: 20000)")
     pilot.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every trial")
+    pilot.add_argument("--trial", default="sweeps/trials/easy.yaml",
+                       help="base trial of every pilot trial (default: sweeps/trials/easy.yaml)")
+    pilot.add_argument("--sweep", default="sweeps/isocompute-easy.yaml",
+                       help="sweep whose grid gives the smallest and largest batch (default: sweeps/isocompute-easy.yaml)")
     pilot.add_argument("--out", default="dashboards/calibration", help="output directory (default: dashboards/calibration)")
     pilot.add_argument("--address", default=None, help="Ray cluster to join; default: a local Ray")
     pilot.set_defaults(run=_calibrate)

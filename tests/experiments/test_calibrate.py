@@ -125,3 +125,32 @@ def test_a_rerun_over_finished_trials_reads_them_without_starting_ray(tmp_path):
     assert not ray.is_initialized()
     assert chosen == 3e-5 and len(rows) == 4 and all(r["gain"] == pytest.approx(gains[r["lr_ref"]]) for r in rows)
     assert "**Pick**: lr_ref = 3e-05" in (tmp_path / "summary.md").read_text()
+
+
+def test_the_cli_pilots_the_trial_and_grid_it_is_given(tmp_path, capsys):
+    """``isosweep calibrate --trial T --sweep S`` pilots T at the smallest and largest batch of S's grid (here the
+    hard set and its grid, whose smallest batch is Bp 16 x n 2): every trial already finished, so the run only
+    reads them back and writes the summary, which names the trial file."""
+    from isosweep.cli import main
+    from isosweep.experiments.calibrate import LRS, SEEDS
+    from isosweep.spec.trial import load_trial, steps
+    from isosweep.trial.files import TrialDir
+
+    trial_file, sweep_file = SWEEP.parent / "trials" / "hard.yaml", SWEEP.parent / "isocompute-hard.yaml"
+    assert grid_batches(sweep_file) == [(16, 2), (32, 16)]
+    for seed in SEEDS:
+        for lr in LRS:
+            for bp, n in grid_batches(sweep_file):
+                cfg = load_trial(trial_file, ["budget=20000", f"Bp={bp}", f"n={n}", f"seed={seed}",
+                                              f"algorithm.lr_ref={lr:g}"])
+                trial = TrialDir(tmp_path / "runs" / f"lr{lr:g}-Bp{bp}-n{n}-s{seed}")
+                trial.path.mkdir(parents=True)
+                last = steps(cfg)
+                for step, value in ((0, 0.2), (last // 2, 0.2 + lr * 1e3), (last, 0.2 + lr * 1e3)):
+                    trial.append_record({"step": step, "rollouts": step * bp * n, "eval/mean@4": value})
+                for step in range(1, last + 1):
+                    trial.append_step({"step": step, "train/entropy": 0.4, "train/kl": 0.01})
+    assert main(["calibrate", "--trial", str(trial_file), "--sweep", str(sweep_file), "--out", str(tmp_path)]) in (0, None)
+    summary = (tmp_path / "summary.md").read_text()
+    assert f"({trial_file}, C = 20,000 rollouts per trial)" in summary and "gain, batch 32" in summary
+    assert f"**Pick**: lr_ref = {max(LRS):g}" in summary  # the gains grow with lr here, every trial healthy
