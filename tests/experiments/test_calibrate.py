@@ -13,6 +13,7 @@ from isosweep.experiments.calibrate import (
     pick,
     write_outputs,
 )
+from isosweep.spec.yamlio import ConfigError
 
 SWEEP = Path(__file__).parents[2] / "sweeps" / "isocompute-easy.yaml"
 
@@ -99,6 +100,18 @@ def test_the_summary_says_when_the_pick_is_at_the_edge_of_the_grid(tmp_path):
 def test_the_pilot_batches_are_the_smallest_and_largest_of_the_default_grid():
     (bp_small, n_small), (bp_large, n_large) = grid_batches(SWEEP)
     assert bp_small * n_small < bp_large * n_large
+    assert grid_batches(SWEEP.parent / "n-only.yaml") == [(16, 2), (16, 32)]
+
+
+def test_a_grid_of_one_batch_is_refused_naming_the_file_before_any_folder_is_made(tmp_path, capsys):
+    from isosweep.cli import main
+
+    fixed = SWEEP.parent / "fixed-batch.yaml"
+    with pytest.raises(ConfigError) as err:
+        grid_batches(fixed)
+    assert str(fixed) in str(err.value) and "Bp*n = 128" in str(err.value)
+    assert main(["calibrate", "--sweep", str(fixed), "--out", str(tmp_path / "pilot")]) == 2
+    assert "Bp*n = 128" in capsys.readouterr().err and not (tmp_path / "pilot").exists()
 
 
 def test_a_rerun_over_finished_trials_reads_them_without_starting_ray(tmp_path):
@@ -127,7 +140,7 @@ def test_a_rerun_over_finished_trials_reads_them_without_starting_ray(tmp_path):
     assert "**Pick**: lr_ref = 3e-05" in (tmp_path / "summary.md").read_text()
 
 
-def test_the_cli_pilots_the_trial_and_grid_it_is_given(tmp_path, capsys):
+def test_the_cli_pilots_the_trial_and_grid_it_is_given(tmp_path):
     """``isosweep calibrate --trial T --sweep S`` pilots T at the smallest and largest batch of S's grid (here the
     hard set and its grid, whose smallest batch is Bp 16 x n 2): every trial already finished, so the run only
     reads them back and writes the summary, which names the trial file."""

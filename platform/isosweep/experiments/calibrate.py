@@ -38,6 +38,7 @@ from pathlib import Path
 from isosweep.spec.grid import load_sweep
 from isosweep.spec.trial import learning_rate, load_trial
 from isosweep.spec.trial import steps as total_steps
+from isosweep.spec.yamlio import ConfigError
 from isosweep.trial.files import TrialDir
 from isosweep.trial.job import ray_init, run_trial
 
@@ -51,10 +52,14 @@ TIE_SE = 2.0
 
 
 def grid_batches(sweep_file: Path) -> list[tuple[int, int]]:
-    """The (Bp, n) of the smallest and the largest batch of ``sweep_file``'s iso-compute grid."""
-    spec = load_sweep(sweep_file).spec
-    pairs = [(bp, n) for bp in spec.grid.Bp for n in spec.grid.n]
-    return [min(pairs, key=lambda p: p[0] * p[1]), max(pairs, key=lambda p: p[0] * p[1])]
+    """The (Bp, n) of the smallest and the largest batch of ``sweep_file``'s grid; a :class:`ConfigError` naming
+    the file when every point of it has one batch (a fixed-batch grid: nothing for the pilot to span)."""
+    pairs = sorted({(p.cfg.Bp, p.cfg.n) for p in load_sweep(sweep_file).trials})
+    small, large = min(pairs, key=lambda p: p[0] * p[1]), max(pairs, key=lambda p: p[0] * p[1])
+    if small[0] * small[1] == large[0] * large[1]:
+        raise ConfigError(f"{sweep_file}: every point of its grid has the batch Bp*n = {small[0] * small[1]}; the "
+                          "learning-rate pilot needs a grid with a smallest and a largest batch (an isocompute sweep)")
+    return [small, large]
 
 
 def judge(records: list[dict], steps: list[dict], k: int) -> dict:
@@ -115,11 +120,11 @@ def run_pilot(out: str | Path, budget: int, trial_file: Path = Path("sweeps/tria
               seeds: tuple[int, ...] = SEEDS, extra: list[str] | None = None, address: str | None = None,
               log: Callable[[str], None] = print) -> tuple[float | None, list[dict]]:
     """Run (resuming) every trial of the pilot and write its outputs; returns the pick and the rows."""
+    batches = grid_batches(sweep_file)  # a grid it cannot pilot says so before any folder is made
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     ray_started = False
     rows = []
-    batches = grid_batches(sweep_file)
     for seed in seeds:  # seed-major: an interrupted pilot has whole replicates
         for lr in lrs:
             for bp, n in batches:
