@@ -540,9 +540,9 @@ def build_report(dashboards: str | Path) -> str:
     lines += planning_section(dashboards)
     lines += ["", "## Studies", ""]
     every = [Study(path.parent.name, json.loads(path.read_text())) for path in sorted(dashboards.glob("*/fits.json"))]
-    for sweep, folder in sorted(pooled_sweeps(every).items()):
-        lines.append(f"- sweep `{sweep}`: its trials are pooled into `{folder}` and counted there")
     pooled = pooled_sweeps(every)
+    for sweep, folder in sorted(pooled.items()):
+        lines.append(f"- sweep `{sweep}`: its trials are pooled into `{folder}` and counted there")
     for small, big in sorted(contained_studies([s for s in every if s.data["title"] not in pooled]).items()):
         lines.append(f"- `{small}`: every trial of it is also in `{big}` (the same configs, seeds and numbers), "
                      "counted there")
