@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import subprocess
 import sys
+import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from isosweep.track import runs
@@ -190,3 +194,45 @@ class Forwarder:
                     s.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
+
+
+def kill_ray_under(temp_dir: str) -> None:
+    """Stop the Ray processes whose command lines name ``temp_dir`` (a Ray started with ``--temp-dir``), and
+    only those: `ray stop` would stop every Ray on the machine."""
+    for _ in range(3):
+        pids = []
+        for proc in Path("/proc").iterdir():
+            if proc.name.isdigit():
+                try:
+                    if temp_dir.encode() in (proc / "cmdline").read_bytes():
+                        pids.append(int(proc.name))
+                except OSError:
+                    pass
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGTERM if _ == 0 else signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 3  # up to 3 s for them to exit before the next, harder signal
+        while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in pids):
+            time.sleep(0.1)
+
+
+@contextmanager
+def another_ray():
+    """A second, bare Ray head on this machine (no CPUs, no dashboard) while the block runs: what a sweep or a
+    test running beside this one looks like to Ray's process scans. Stopped by its temp dir afterwards."""
+    ray = str(Path(sys.executable).with_name("ray"))
+    temp_dir = tempfile.mkdtemp(prefix="isr-o")  # Unix socket paths are limited to ~107 bytes: keep it short
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    try:
+        subprocess.run([ray, "start", "--head", f"--port={port}", "--num-cpus=0", "--include-dashboard=false",
+                        "--node-ip-address=127.0.0.1", f"--temp-dir={temp_dir}", "--disable-usage-stats"],
+                       check=True, capture_output=True, timeout=300)
+        yield f"127.0.0.1:{port}"
+    finally:
+        kill_ray_under(temp_dir)

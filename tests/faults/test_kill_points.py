@@ -257,7 +257,8 @@ def test_a_rollout_actor_killed_while_its_trial_runs_is_replaced_and_the_trial_f
         deadline = time.monotonic() + 600
         while len(TrialDir(out).records()) < 2 and runner.is_alive() and time.monotonic() < deadline:
             time.sleep(0.2)
-        actors = list_actors(filters=[("class_name", "=", "VLLMEngine"), ("state", "=", "ALIVE")])
+        actors = list_actors(address=ray.get_runtime_context().gcs_address,  # not a search for it: other Rays may run
+                             filters=[("class_name", "=", "VLLMEngine"), ("state", "=", "ALIVE")])
         assert len(actors) == 1 and TrialDir(out).records()[-1]["step"] < 32, "the trial ended before the kill"
         os.kill(actors[0].pid, signal.SIGKILL)
         runner.join(timeout=900)

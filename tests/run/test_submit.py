@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -15,6 +14,7 @@ import pytest
 from isosweep.run.submit import EXCLUDES, entrypoint, job_status
 from isosweep.spec.grid import load_sweep
 from isosweep.track import runs
+from sweep_helpers import kill_ray_under
 
 ROOT = Path(__file__).resolve().parents[2]
 RAY = str(Path(sys.executable).with_name("ray"))
@@ -42,29 +42,6 @@ def test_submit_refuses_a_bad_sweep_before_touching_a_cluster(tmp_path):
     done = subprocess.run([str(Path(sys.executable).with_name("isosweep")), "submit", str(bad), "--address",
                            "http://127.0.0.1:1"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "key 'trial': no such file" in done.stderr
-
-
-def _kill_ray_under(temp_dir: str) -> None:
-    """Stop the Ray processes of this rehearsal only (`ray stop` would stop every Ray on the machine)."""
-    for _ in range(3):
-        pids = []
-        for proc in Path("/proc").iterdir():
-            if proc.name.isdigit():
-                try:
-                    if temp_dir.encode() in (proc / "cmdline").read_bytes():
-                        pids.append(int(proc.name))
-                except OSError:
-                    pass
-        if not pids:
-            return
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGTERM if _ == 0 else signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + 3  # up to 3 s for them to exit before the next, harder signal
-        while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in pids):
-            time.sleep(0.1)
 
 
 @pytest.mark.slow
@@ -136,5 +113,5 @@ def test_rehearsal_two_ray_nodes_run_the_submitted_smoke_sweep(mlflow_server):
                    for r in runs_of)
         assert "frontier/frontier.csv" in {a.path for a in client.list_artifacts(parent.info.run_id, "frontier")}
     finally:
-        _kill_ray_under(worker_tmp)
-        _kill_ray_under(head_tmp)
+        kill_ray_under(worker_tmp)
+        kill_ray_under(head_tmp)

@@ -3,6 +3,7 @@ rollout, profiles."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -229,32 +230,44 @@ def _tune_fn(config: dict) -> None:
 def test_a_trial_tune_stops_gives_its_train_placement_group_back(tmp_path):
     """Tune ending a trial kills its Ray Train controller; the Train job's placement group (CPUs for
     its workers) must then be removed, or an HPO study's stopped trials pile up until no trial fits.
-    This failed (the groups stayed) when local Ray ran without the dashboard and its state API."""
+    This failed (the groups stayed) when local Ray ran without the dashboard and its state API, and
+    again when another Ray ran on the machine: Train's cleaner asks the state API, which without an
+    address searched the machine's processes for the cluster and gave up on finding two."""
     import sys
     import time
 
     import cloudpickle
-    import ray
     from ray import tune
 
-    from isosweep.trial.job import ray_init
+    from sweep_helpers import another_ray  # here, not above: Ray's workers unpickle this module's globals
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray's workers cannot import tests/
-    assert ray_init()
-    try:
-        tuner = tune.Tuner(tune.with_resources(_tune_fn, {"CPU": 0.1}),
-                           param_space={"store": str(tmp_path / "ray"), "x": tune.grid_search([0, 1])},
-                           tune_config=tune.TuneConfig(max_concurrent_trials=1),
-                           run_config=tune.RunConfig(stop={"i": 3}, storage_path=str(tmp_path / "tune"), verbose=0))
-        results = tuner.fit()
-        assert [r.metrics["i"] for r in results] == [3, 3] and not results.errors
 
-        def live() -> list:
-            return [p for p in ray.util.placement_group_table().values() if p["state"] != "REMOVED"]
+    @ray.remote(num_cpus=0)
+    def seen_from_a_worker() -> tuple[str, int]:
+        from ray.util.state import list_actors  # no address: as Ray Train's cleaner calls it
 
-        deadline = time.monotonic() + 60
-        while live() and time.monotonic() < deadline:
-            time.sleep(1)
-        assert live() == [], "stopped trials kept their Train placement groups"
-    finally:
-        ray.shutdown()
+        return os.environ.get("RAY_ADDRESS", ""), len(list_actors())
+
+    def live() -> list:
+        return [p for p in ray.util.placement_group_table().values() if p["state"] != "REMOVED"]
+
+    with another_ray() as other:
+        assert ray_init()
+        try:
+            address, _ = ray.get(seen_from_a_worker.remote())
+            assert address == ray.get_runtime_context().gcs_address and address != other
+            tuner = tune.Tuner(tune.with_resources(_tune_fn, {"CPU": 0.1}),
+                               param_space={"store": str(tmp_path / "ray"), "x": tune.grid_search([0, 1])},
+                               tune_config=tune.TuneConfig(max_concurrent_trials=1),
+                               run_config=tune.RunConfig(stop={"i": 3}, storage_path=str(tmp_path / "tune"),
+                                                         verbose=0))
+            results = tuner.fit()
+            assert [r.metrics["i"] for r in results] == [3, 3] and not results.errors
+            deadline = time.monotonic() + 60
+            while live() and time.monotonic() < deadline:
+                time.sleep(1)
+            assert live() == [], "stopped trials kept their Train placement groups"
+        finally:
+            ray.shutdown()
+

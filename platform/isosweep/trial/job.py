@@ -23,6 +23,7 @@ fresh Ray worker process per trial; kept light, it costs them well under a secon
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import time
 import uuid
@@ -68,14 +69,23 @@ def _loopback_only():
     joins a real cluster from this process must take its network address again."""
     from ray._private import ray_constants  # Ray: the switch was read at import, possibly before this call
 
-    saved_env = {key: os.environ.get(key) for key in LOOPBACK_ENV}
     saved_flag = ray_constants.ENABLE_RAY_CLUSTER
-    os.environ.update(LOOPBACK_ENV)
     ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        with _environ(LOOPBACK_ENV):
+            yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved_flag
+
+
+@contextmanager
+def _environ(values: dict[str, str]):
+    """``values`` in this process's environment (and so in the processes it starts) while the block runs."""
+    saved_env = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
     try:
         yield
     finally:
-        ray_constants.ENABLE_RAY_CLUSTER = saved_flag
         for key, value in saved_env.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -88,7 +98,8 @@ def ray_init(address: str | None = None, log_to_driver: bool = True) -> bool:
     listens on 127.0.0.1 only (:data:`LOOPBACK_ENV`); returns whether this call started it.
 
     A local Ray is always a new one (``address="local"``): ``ray.init()`` alone would join a cluster some
-    earlier ``ray start`` left running, on whatever addresses that cluster listens.
+    earlier ``ray start`` left running, on whatever addresses that cluster listens. Its workers get its
+    address as ``RAY_ADDRESS``, so several local Rays can run on one machine (two sweeps, a sweep and the tests).
     """
     for key, value in RAY_ENV.items():
         os.environ.setdefault(key, value)
@@ -99,14 +110,28 @@ def ray_init(address: str | None = None, log_to_driver: bool = True) -> bool:
     # The dashboard serves Ray's state API. Without it, Ray Train's placement-group cleaner never
     # learns that the controller of a trial Tune stopped (an ASHA or early stop) has died, so the
     # trial's placement group is never removed: its CPUs stay reserved and later trials wait forever.
-    common = {"include_dashboard": True, "log_to_driver": log_to_driver,
-              "runtime_env": {"env_vars": {k: os.environ[k] for k in RAY_ENV}}}
+    env_vars = {k: os.environ[k] for k in RAY_ENV}
+    common = {"include_dashboard": True, "log_to_driver": log_to_driver}
     if address is not None or os.environ.get("RAY_ADDRESS"):
-        ray.init(address=address, **common)
-    else:
-        with _loopback_only():
-            ray.init(address="local", _node_ip_address=LOOPBACK, dashboard_host=LOOPBACK, **common)
+        ray.init(address=address, runtime_env={"env_vars": env_vars}, **common)
+        return True
+    # Ray's state API, called without an address from inside a worker (Ray Train's placement-group cleaner
+    # asks it whether a trial's Train controller is still alive), looks for the cluster among the machine's
+    # processes and fails when it finds two: a second local Ray (another sweep, a test) then made every
+    # stopped trial keep its CPUs. The local Ray's GCS gets a port chosen here, and its workers its address.
+    port = _free_port()
+    env_vars["RAY_ADDRESS"] = f"{LOOPBACK}:{port}"
+    with _loopback_only(), _environ({"RAY_GCS_SERVER_PORT": str(port)}):
+        ray.init(address="local", _node_ip_address=LOOPBACK, dashboard_host=LOOPBACK,
+                 runtime_env={"env_vars": env_vars}, **common)
     return True
+
+
+def _free_port() -> int:
+    """A TCP port on the loopback interface that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return s.getsockname()[1]
 
 
 def train_logged(cfg: TrialConfig, trial: TrialDir, tracker=None, report: Callable[[dict], None] | None = None,
