@@ -57,8 +57,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 	touch $@
 
+# Two pytest workers (pytest-xdist), each running whole test files: one's CPU-bound work fills the time the
+# other waits on a server or an engine to start. TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
 test: $(STAMP) browser
-	$(BIN)/python -m pytest --durations=25
+	$(BIN)/python -m pytest --durations=25 -n $(TEST_WORKERS) --dist loadfile
 
 # The browser test opens the MLflow UI in Debian's headless Chromium; it is installed here when
 # missing and this is a root shell with apt-get (CI), else the test skips and says why.
