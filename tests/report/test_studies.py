@@ -191,6 +191,8 @@ def test_a_holdout_against_a_tie_decides_nothing_whether_it_hits_or_misses():
     assert S.holdout_claim(ties, Path("/nonexistent")).verdict == S.UNRESOLVED
     misses = [study("n16-Bp32", tie) for _ in range(3)]
     assert S.holdout_claim(misses, Path("/nonexistent")).verdict == S.CONTRADICTED
+    mixed = S.holdout_claim([study("n4-Bp16", clear), *misses[:2]], Path("/nonexistent"))  # 1 hit in 3
+    assert mixed.verdict == S.UNRESOLVED and mixed.needs.startswith("1 of 3 real decision hold-outs that decide hit")
 
 
 def test_sweeps_pooled_into_one_analysis_are_counted_once(tmp_path):

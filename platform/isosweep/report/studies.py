@@ -395,6 +395,11 @@ def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
     elif len(hits) >= 3:
         rate = sum(hits) / len(hits)
         claim.verdict = SUPPORTED if rate >= 0.75 else CONTRADICTED if rate <= 0.25 else UNRESOLVED
+        if claim.verdict == UNRESOLVED:
+            claim.needs = (f"{sum(hits)} of {len(hits)} real decision hold-outs that decide hit (rate {rate:.2f}), "
+                           "between the rates that would decide (0.75 or more: supported; 0.25 or less: "
+                           "contradicted): more studies whose curves bend within their budget, each a hold-out of "
+                           "its own (other difficulties, budgets or grids)")
     else:
         claim.verdict = UNRESOLVED
         claim.needs = (f"{len(hits)} real decision hold-out(s) that decide (not ties) so far: at least 3 studies "
