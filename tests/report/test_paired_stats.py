@@ -62,6 +62,14 @@ def test_n_star_at_the_grid_edge_is_reported_as_such_never_as_saturation():
     assert "grid edge (n = 4, the smallest n of the grid)" in m.verdict and "smaller n" in m.verdict
 
 
+def test_n_star_at_grpos_floor_is_said_to_be_the_floor_not_an_edge_to_extend():
+    floor = {"n2-Bp16": dict(TRUTH["n8-Bp16"], A=0.80, C_mid=8_000.0), "n4-Bp16": TRUTH["n4-Bp16"],
+             "n8-Bp16": TRUTH["n8-Bp16"]}
+    m = run(synthetic_sweep(floor, np.random.default_rng(5))[0]).metrics["mean@4"]
+    assert m.rows[-1]["n"] == 2 and m.saturation is None
+    assert "n* at n = 2, the smallest group GRPO can use" in m.verdict and "smaller n" not in m.verdict
+
+
 def test_r0_is_the_measured_base_value():
     curves, offsets = synthetic_sweep(TRUTH, np.random.default_rng(6))
     m = run(curves, bootstrap=0).metrics["mean@4"]

@@ -85,6 +85,19 @@ def test_an_allocation_at_the_edge_of_the_grid_is_warned_and_the_suggestion_exte
     assert loaded.trials[0].cfg.profile == "cpu-half" and path.read_text().startswith("# n* = 8 is the largest")
 
 
+def test_n_star_at_grpos_floor_is_no_edge_and_no_suggestion_goes_below_n_2(tmp_path):
+    floor = {"n2-Bp16": dict(TRUTH["n8-Bp16"], A=0.80, C_mid=8_000.0), "n4-Bp16": TRUTH["n4-Bp16"],
+             "n8-Bp16": TRUTH["n8-Bp16"]}
+    planner = P.Planner([sweep(floor, seed=3)], bootstrap=20)
+    for C in (BUDGET, 4 * BUDGET):  # within the data (a settled call) and beyond it (the next budget)
+        rec = planner.at(C)
+        assert rec.config == "n2-Bp16" and "n* at grid edge" not in rec.flags
+        spec, why = P.suggestion(planner, rec)
+        assert min(spec["grid"]["n"]) >= 2 and "smallest n studied" not in why
+        loaded = load_sweep(P.write_suggestion(spec, why, tmp_path / f"next-{C:g}.yaml"))  # runnable as written
+        assert {p.cfg.n for p in loaded.trials} <= {2, 4, 8}
+
+
 def test_beyond_the_data_the_suggestion_is_the_next_budget_for_the_contenders():
     interior = {**TRUTH, "n32-Bp16": dict(TRUTH["n16-Bp16"], A=0.55)}  # n16 wins far out, n32 is worse
     planner = P.Planner([sweep(interior, seed=4, budget=BUDGET // 4)], bootstrap=20)

@@ -47,6 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
+from isosweep.algo import MIN_GROUP
 from isosweep.algo.estimators import best_at_k, mean_at_k, sampling_se_of_mean, worst_at_k
 from isosweep.report import frontier as F
 from isosweep.report.plots import png, pyplot
@@ -397,6 +398,11 @@ def allocation_verdict(rows: list[dict], grid_n: list[int]) -> tuple[float | Non
         return math.nan, "n*(C): no config could be fitted"
     smallest, largest = min(grid_n), max(grid_n)
     last = fitted[-1]
+    if last["n"] == smallest == MIN_GROUP and smallest != largest:
+        floor = [r for r in fitted if r["n"] == last["n"]]
+        return None, (f"n* at n = {MIN_GROUP}, the smallest group GRPO can use (not a grid edge to extend), at C = "
+                      f"{floor[0]['C']:,.0f} to {last['C']:,.0f}: n*(C) cannot fall further, and neither growth nor "
+                      "saturation is shown")
     if last["n"] in (smallest, largest) and smallest != largest:
         side, direction = ("smallest", "smaller") if last["n"] == smallest else ("largest", "larger")
         edge = [r for r in fitted if r["n"] == last["n"]]

@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from isosweep.algo import MIN_GROUP
 from isosweep.report import frontier as F
 from isosweep.report.analysis import (
     P_BEST_FLOOR,
@@ -462,6 +463,8 @@ class Planner:
         cfg = self.configs[rec.config]
         for name, other in (("n", "Bp"), ("Bp", "n")):
             studied = sorted({c[name] for c in self.configs.values() if c[other] == cfg[other]})
+            if name == "n" and cfg[name] == studied[0] == MIN_GROUP:
+                continue  # GRPO's floor: n* = 2 is an answer, not a grid to extend
             if len(studied) > 1 and cfg[name] in (studied[0], studied[-1]):
                 side, way = ("smallest", "smaller") if cfg[name] == studied[0] else ("largest", "larger")
                 out.append((f"{name}* at grid edge", f"{name}* = {cfg[name]} is the {side} {name} studied at {other} = "
@@ -532,8 +535,8 @@ def nice(C: float) -> int:
 def suggestion(planner: Planner, rec: Recommendation) -> tuple[dict, str]:
     """The one sweep (a sweep spec as a dict) that would most shrink ``rec``'s uncertainty, and why.
 
-    In order: n* at the edge of the studied n -> the grid extended past it at the winner's Bp (two
-    more n, doubling); else C beyond the data -> the contenders within noise at the next budget toward
+    In order: n* at the edge of the studied n (other than GRPO's floor, n = 2) -> the grid extended past it
+    at the winner's Bp (two more n, doubling); else C beyond the data -> the contenders within noise at the next budget toward
     C (C itself when it is at most 4x the data, else 4x the data); else a tie or a P(best) under 0.9 ->
     two more seeds of the contenders within noise at C; else (settled) -> two more seeds of the winner
     and the runner-up, the cheapest check of the call.
@@ -550,8 +553,8 @@ def suggestion(planner: Planner, rec: Recommendation) -> tuple[dict, str]:
         grid = {"n": [cfg["n"], cfg["n"] * 2, cfg["n"] * 4], "Bp": [cfg["Bp"]]}
         seeds, why = [0, 1], (f"n* = {cfg['n']} is the largest n studied at Bp = {cfg['Bp']}: the grid extended to "
                               f"n = {cfg['n'] * 4} at C = {budget:,}")
-    elif len(studied_n) > 1 and cfg["n"] == studied_n[0] and cfg["n"] > 1:
-        smaller = sorted({max(1, cfg["n"] // 4), max(1, cfg["n"] // 2), cfg["n"]})
+    elif len(studied_n) > 1 and cfg["n"] == studied_n[0] and cfg["n"] > MIN_GROUP:
+        smaller = sorted({max(MIN_GROUP, cfg["n"] // 4), max(MIN_GROUP, cfg["n"] // 2), cfg["n"]})
         grid = {"n": smaller, "Bp": [cfg["Bp"]]}
         seeds, why = [0, 1], (f"n* = {cfg['n']} is the smallest n studied at Bp = {cfg['Bp']}: the grid extended to "
                               f"n = {smaller[0]} at C = {budget:,}")

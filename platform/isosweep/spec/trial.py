@@ -21,6 +21,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
+from isosweep.algo import MIN_GROUP
 from isosweep.models.sizes import SIZES
 from isosweep.rollout import vllm_available
 from isosweep.spec.profiles import get_profile, trial_resources
@@ -294,8 +295,8 @@ class TrialConfig(Section):
             raise ValueError(f"rollout.precision {self.rollout.precision!r} is emulated by rounding the weights the "
                              f"trainer sends through shared memory, and profile {self.profile!r} syncs weights over "
                              "NCCL; allowed with it: bf16 or fp8")
-        if self.n < 2:
-            raise ValueError("n must be at least 2: group-relative advantages need two samples per problem")
+        if self.n < MIN_GROUP:
+            raise ValueError(f"n must be at least {MIN_GROUP}: group-relative advantages need two samples per problem")
         if self.trainer.launcher == "in_process" and self.trainer.num_workers > 1:
             raise ValueError(f"trainer.launcher 'in_process' runs one trainer worker, and trainer.num_workers is "
                              f"{self.trainer.num_workers}; allowed: num_workers 1, or launcher ray_train or auto")
