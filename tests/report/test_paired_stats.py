@@ -62,6 +62,13 @@ def test_n_star_at_the_grid_edge_is_reported_as_such_never_as_saturation():
     assert "grid edge (n = 4, the smallest n of the grid)" in m.verdict and "smaller n" in m.verdict
 
 
+def test_a_sweep_of_one_config_claims_no_saturation_and_no_decision():
+    one = {"n8-Bp16": TRUTH["n8-Bp16"]}
+    m = run(synthetic_sweep(one, np.random.default_rng(5))[0]).metrics["mean@4"]
+    assert m.saturation is None and m.verdict.startswith("one n studied (n = 8)")
+    assert m.decision["predicted_config"] is None and m.decision["reason"].startswith("one config, no decision")
+
+
 def test_n_star_at_grpos_floor_is_said_to_be_the_floor_not_an_edge_to_extend():
     floor = {"n2-Bp16": dict(TRUTH["n8-Bp16"], A=0.80, C_mid=8_000.0), "n4-Bp16": TRUTH["n4-Bp16"],
              "n8-Bp16": TRUTH["n8-Bp16"]}

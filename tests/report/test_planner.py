@@ -16,6 +16,7 @@ import pytest
 
 from isosweep.experiments.stats_validation import (
     BUDGET,
+    COMPUTE,
     SYNTHETIC_PARAMS,
     TRUTH,
     as_sweeps,
@@ -202,6 +203,17 @@ def test_allocations_that_do_not_reach_c_are_named_not_silently_dropped():
     assert {c["config"] for c in rec.contenders} == {"n8-Bp16", "n16-Bp16"}
     assert "not every allocation reaches C" in rec.flags and "n4-Bp16 (to 2" in " ".join(rec.warnings)
     assert math.isnan(P.Planner([long], bootstrap=0).at(BUDGET).p_best)
+    # one allocation run further than the rest is no race of one: every fitted allocation competes on its fit
+    lone = sweep({"n8-Bp16": TRUTH["n8-Bp16"]}, seed=14, name="lone")
+    grid = sweep({"n4-Bp16": TRUTH["n4-Bp16"], "n16-Bp16": TRUTH["n16-Bp16"]}, seed=15, budget=BUDGET // 4, name="grid")
+    rec = P.Planner([grid, lone], bootstrap=5).at(BUDGET / 2)
+    assert {c["config"] for c in rec.contenders} == {"n4-Bp16", "n8-Bp16", "n16-Bp16"} and rec.extrapolated
+    assert "only n8-Bp16 has data at C = 50,000" in " ".join(rec.warnings)
+    # and the leave-one-budget-out check holds out the largest budget where two allocations were observed
+    shorter = int(COMPUTE[-2])  # an evaluation point, so the grid's trials reach their budget
+    grid = sweep({"n4-Bp16": TRUTH["n4-Bp16"], "n16-Bp16": TRUTH["n16-Bp16"]}, seed=15, budget=shorter, name="grid")
+    check = P.leave_one_budget_out([grid, lone], bootstrap=5)
+    assert check["C_max"] == shorter and set(check["observed"]) == {"n4-Bp16", "n8-Bp16", "n16-Bp16"}
 
 
 def test_an_allocation_without_a_fit_is_named():

@@ -397,6 +397,8 @@ def allocation_verdict(rows: list[dict], grid_n: list[int]) -> tuple[float | Non
     if not fitted:
         return math.nan, "n*(C): no config could be fitted"
     smallest, largest = min(grid_n), max(grid_n)
+    if smallest == largest:
+        return None, f"one n studied (n = {smallest}): this study ranks no n, so it says nothing of n*(C)"
     last = fitted[-1]
     if last["n"] == smallest == MIN_GROUP and smallest != largest:
         floor = [r for r in fitted if r["n"] == last["n"]]
@@ -445,6 +447,10 @@ def decision_holdout(pairs_by_config: dict[str, list[tuple[Curve, np.ndarray]]],
         out["reason"] = f"too few evaluations at C <= {fraction:g} * C_max for a fit, or no trial reached C_max"
         return out
     p_key, o_key = max(predicted, key=predicted.get), max(observed, key=observed.get)
+    if len(pairs_by_config) < 2:  # nothing to choose between: only the value tests the fit
+        out["reason"] = (f"one config, no decision to predict; its fit on C <= {fraction:g} * C_max gave "
+                         f"{fmt(predicted[p_key])} at C_max, observed {fmt(observed.get(p_key))}")
+        return out
     out.update(predicted_config=p_key, observed_config=o_key, hit=p_key == o_key, predicted_value=predicted[p_key],
                observed_value=observed.get(p_key), abs_error=abs(predicted[p_key] - observed[p_key])
                if p_key in observed else None)

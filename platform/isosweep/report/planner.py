@@ -328,8 +328,12 @@ class Planner:
     # ----------------------------------------------------------------------------- at a C
 
     def _candidates(self, C: float) -> tuple[list[str], bool]:
-        inside = [k for k in self.keys if k in self.fits and self.reach[k] * 1.0001 >= C]
-        return (inside, False) if inside else ([k for k in self.keys if k in self.fits], True)
+        """The allocations that compete at ``C``, and whether that is on extrapolated fits: those whose data
+        reach C; but where fewer than two do (one long run beside shorter grids), a field of one is no race, so
+        every fitted allocation competes, beyond its data where it stops short of C."""
+        fitted = [k for k in self.keys if k in self.fits]
+        inside = [k for k in fitted if self.reach[k] * 1.0001 >= C]
+        return (inside, False) if len(inside) >= 2 or inside == fitted else (fitted, True)
 
     def _values(self, keys: list[str], C: float) -> tuple[np.ndarray, np.ndarray]:
         """Observed fitted values ``(keys,)`` and the replicates' ``(replicates, keys)`` (nan: no refit)."""
@@ -436,7 +440,12 @@ class Planner:
     def _warnings(self, rec: Recommendation) -> list[tuple[str, str]]:
         """``(flag, warning)`` pairs: a short label and the warning with what to run."""
         out = []
-        if rec.extrapolated:
+        reaching = [k for k in self.keys if k in self.fits and self.reach[k] * 1.0001 >= rec.C]
+        if rec.extrapolated and reaching:
+            out.append(("beyond the data", f"only {reaching[0]} has data at C = {rec.C:,.0f}: every allocation "
+                        "competes on its fit, extrapolated for those studied below C; run the others at this budget "
+                        "to measure them (--suggest writes it)"))
+        elif rec.extrapolated:
             out.append(("beyond the data", f"C = {rec.C:,.0f} is beyond every allocation's data (they reach "
                         f"{self.data_C:,.0f} at most): the values are the fits extrapolated; run a sweep at this budget "
                         "to measure them (--suggest writes it)"))
@@ -708,8 +717,13 @@ def leave_one_budget_out(sweeps: list[SweepData], metric: str = "mean", *, fract
                          bootstrap: int = 100) -> dict:
     """Recommend at the largest budget studied from the data at ``C <= fraction * C_max`` only, and compare
     with what was observed at C_max: the recommendation, its interval, the observed best, and whether the
-    recommended allocation's observed value is within its interval and within noise of the observed best."""
-    c_max = max(d.budget for d in sweeps)
+    recommended allocation's observed value is within its interval and within noise of the observed best.
+    C_max is the largest budget at which at least two allocations were observed (a single long run beside
+    shorter grids leaves nothing to pick between at its own budget)."""
+    names = set.intersection(*(set(c.values) for d in sweeps for c in d.curves))
+    name = next((m for m in sorted(names) if m.split("@")[0] == metric), metric)
+    budgets = sorted({d.budget for d in sweeps}, reverse=True)
+    c_max = next((b for b in budgets if len(observed_at(sweeps, name, b)) >= 2), budgets[0])
     planner = Planner(truncate(sweeps, fraction * c_max), metric, bootstrap=bootstrap)
     rec = planner.at(c_max)
     seen = observed_at(sweeps, planner.metric, c_max)

@@ -149,6 +149,9 @@ def n_star_claim(studies: list[Study]) -> Claim:
         m = study.data["metrics"][name]
         rows = _winners(m["frontier"])
         grid_n = sorted({c["n"] for c in study.data["configs"].values()})
+        if len(grid_n) < 2:
+            claim.evidence.append(f"{study.label()}: one n studied, so it ranks no n (not counted)")
+            continue
         untied = [r for r in rows if not r["tie"] and r["n"] not in (grid_n[0], grid_n[-1])]
         cells = ", ".join(f"C {r['C']:,.0f}: " + (f"tie {r['config']} ~ {r['runner_up']}" if r["tie"] else
                                                    f"n* {r['n']} (P(best) {r['p_best']:.2f}, n* 90% set "
@@ -182,8 +185,8 @@ def n_metric_claim(studies: list[Study]) -> Claim:
     for study in (s for s in studies if s.current and s.data["study"] == "isocompute"):
         family = {"easy": "worst", "hard": "best"}.get(study.difficulty)
         found = study.metric(family) if family else None
-        if found is None:
-            continue
+        if found is None or len({c["n"] for c in study.data["configs"].values()}) < 2:
+            continue  # a single n has no trend in n
         name, m = found
         t = m.get("n_trend") or {}
         if not t:
