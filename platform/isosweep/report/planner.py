@@ -544,11 +544,11 @@ def nice(C: float) -> int:
 def suggestion(planner: Planner, rec: Recommendation) -> tuple[dict, str]:
     """The one sweep (a sweep spec as a dict) that would most shrink ``rec``'s uncertainty, and why.
 
-    In order: n* at the edge of the studied n (other than GRPO's floor, n = 2) -> the grid extended past it
-    at the winner's Bp (two more n, doubling); else C beyond the data -> the contenders within noise at the next budget toward
-    C (C itself when it is at most 4x the data, else 4x the data); else a tie or a P(best) under 0.9 ->
-    two more seeds of the contenders within noise at C; else (settled) -> two more seeds of the winner
-    and the runner-up, the cheapest check of the call.
+    In order: n* at the edge of the studied n (other than GRPO's floor, n = 2) -> the grid extended past
+    it at the winner's Bp (two more n, doubling); else C beyond the data -> the contenders within noise at
+    the next budget toward C (C itself when it is at most 4x the data, else 4x the data); else a tie or a
+    P(best) under 0.9 -> two more seeds of the contenders within noise at C; else (settled) -> two more
+    seeds of the winner and the runner-up, the cheapest check of the call.
     """
     cfg = planner.configs[rec.config]
     contenders = [c for c in rec.contenders if c["within_noise"]] or rec.contenders[:1]
