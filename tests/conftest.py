@@ -18,14 +18,6 @@ def base_model() -> Path:
     return ensure_base_model("tiny-1m", "arithmetic", 0)
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory):
     """A real local MLflow server (SQLite + on-disk artifacts) for the whole session.
@@ -37,6 +29,7 @@ def mlflow_server(tmp_path_factory):
     import os
 
     from isosweep.track import server
+    from isosweep.trial.job import free_port
 
     env = {"ISOSWEEP_MLFLOW_DIR": str(tmp_path_factory.mktemp("mlflow")), "ISOSWEEP_MLFLOW_PORT": str(free_port())}
     saved = {key: os.environ.get(key) for key in (*env, "MLFLOW_TRACKING_URI")}

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from isosweep.track import runs
 from isosweep.trial.files import TrialDir
+from isosweep.trial.job import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 ISOSWEEP = str(Path(sys.executable).with_name("isosweep"))
@@ -137,9 +138,7 @@ class Forwarder:
 
     def __init__(self, target: tuple[str, int]) -> None:
         self.target = target
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+        self.port = free_port()
         self.listener: socket.socket | None = None
         self.open: list[socket.socket] = []
         self.up()
@@ -196,23 +195,28 @@ class Forwarder:
                     pass
 
 
+def processes_under(temp_dir: str) -> list[int]:
+    """The processes of a Ray started with ``--temp-dir temp_dir``: every one names it on its command line."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and temp_dir.encode() in (proc / "cmdline").read_bytes():
+                pids.append(int(proc.name))
+        except OSError:
+            pass
+    return pids
+
+
 def kill_ray_under(temp_dir: str) -> None:
-    """Stop the Ray processes whose command lines name ``temp_dir`` (a Ray started with ``--temp-dir``), and
-    only those: `ray stop` would stop every Ray on the machine."""
-    for _ in range(3):
-        pids = []
-        for proc in Path("/proc").iterdir():
-            if proc.name.isdigit():
-                try:
-                    if temp_dir.encode() in (proc / "cmdline").read_bytes():
-                        pids.append(int(proc.name))
-                except OSError:
-                    pass
+    """Stop the Ray processes of :func:`processes_under` ``temp_dir``, and only those: `ray stop` would stop
+    every Ray on the machine."""
+    for attempt in range(3):
+        pids = processes_under(temp_dir)
         if not pids:
             return
         for pid in pids:
             try:
-                os.kill(pid, signal.SIGTERM if _ == 0 else signal.SIGKILL)
+                os.kill(pid, signal.SIGTERM if attempt == 0 else signal.SIGKILL)
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + 3  # up to 3 s for them to exit before the next, harder signal
@@ -226,9 +230,7 @@ def another_ray():
     test running beside this one looks like to Ray's process scans. Stopped by its temp dir afterwards."""
     ray = str(Path(sys.executable).with_name("ray"))
     temp_dir = tempfile.mkdtemp(prefix="isr-o")  # Unix socket paths are limited to ~107 bytes: keep it short
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     try:
         subprocess.run([ray, "start", "--head", f"--port={port}", "--num-cpus=0", "--include-dashboard=false",
                         "--node-ip-address=127.0.0.1", f"--temp-dir={temp_dir}", "--disable-usage-stats"],

@@ -11,21 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from isosweep.run.submit import EXCLUDES, entrypoint, job_status
+from isosweep.run.submit import EXCLUDES, entrypoint
 from isosweep.spec.grid import load_sweep
 from isosweep.track import runs
+from isosweep.trial.job import free_port
 from sweep_helpers import kill_ray_under
 
 ROOT = Path(__file__).resolve().parents[2]
 RAY = str(Path(sys.executable).with_name("ray"))
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_the_job_runs_the_uploaded_code_and_joins_its_cluster():
@@ -85,19 +78,18 @@ def test_rehearsal_two_ray_nodes_run_the_submitted_smoke_sweep(mlflow_server):
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         assert "[submit] job raysubmit_" in done.stdout and "ray job logs --address" in done.stdout
         job = done.stdout.split("[submit] job ")[1].split()[0]
-        os.environ["RAY_AUTH_MODE"] = "token"  # for this process's job client
-        try:
-            deadline = time.monotonic() + 900
-            while time.monotonic() < deadline:
-                state = job_status(address, job)
-                if state in ("SUCCEEDED", "FAILED", "STOPPED"):
-                    break
-                time.sleep(1)
-        finally:
-            os.environ.pop("RAY_AUTH_MODE", None)
+        # The job's status is polled from a process of its own, with the cluster's RAY_AUTH_MODE: Ray reads a
+        # process's auth mode once, and an earlier test in this pytest process may have read it as disabled.
+        waiter = ("import sys, time\nfrom isosweep.run.submit import job_status\n"
+                  "deadline = time.monotonic() + 900\n"
+                  "while (state := job_status(sys.argv[1], sys.argv[2])) not in ('SUCCEEDED', 'FAILED', 'STOPPED') "
+                  "and time.monotonic() < deadline:\n    time.sleep(1)\nprint(state)\n")
+        polled = subprocess.run([sys.executable, "-c", waiter, address, job], env=env, capture_output=True, text=True,
+                                timeout=960)
+        state = (polled.stdout.split() or ["?"])[-1]
         logs = subprocess.run([RAY, "job", "logs", "--address", address, job], env=env, capture_output=True,
                               text=True, timeout=120).stdout
-        assert state == "SUCCEEDED", logs[-4000:]
+        assert state == "SUCCEEDED", logs[-4000:] + polled.stderr[-2000:]
         assert "frontier of mean@4" in logs and "2/2 trials done" in logs
         assert "1 at a time" not in logs and "2 at a time" in logs  # concurrency from the 3-CPU cluster
 

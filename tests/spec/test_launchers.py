@@ -22,7 +22,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,9 @@ from typing import Any
 
 import pytest
 import yaml
+
+from isosweep.trial.job import free_port
+from sweep_helpers import processes_under
 
 ROOT = Path(__file__).resolve().parents[2]
 SBATCH = ROOT / "clusters" / "slurm-h200.sbatch"
@@ -155,12 +157,6 @@ with open(os.environ["FAKE_SWEEP"], "w") as out:
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def write_tool(path: Path, text: str) -> Path:
     path.write_text(text.format(python=sys.executable) if "{python}" in text else text)
     path.chmod(0o755)
@@ -173,18 +169,6 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False
-
-
-def processes_under(temp_dir: str) -> list[int]:
-    """The processes of the rehearsal's Ray: every one names its temp dir on its command line."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and temp_dir.encode() in (proc / "cmdline").read_bytes():
-                pids.append(int(proc.name))
-        except OSError:
-            pass
-    return pids
 
 
 def stop(pids: list[int]) -> None:

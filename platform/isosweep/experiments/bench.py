@@ -21,7 +21,6 @@ import json
 import os
 import platform as host
 import shutil
-import socket
 import tempfile
 import time
 from pathlib import Path
@@ -40,7 +39,7 @@ from isosweep.spec.grid import load_sweep
 from isosweep.spec.trial import load_trial, rollout_engine
 from isosweep.tasks import get_task
 from isosweep.trial.files import TrialDir
-from isosweep.trial.job import ray_init, run_trial
+from isosweep.trial.job import free_port, ray_init, run_trial
 
 BATCHES = (32, 128, 512)
 SAMPLES_PER_PROMPT = 8
@@ -172,7 +171,7 @@ def sweep_part(repeats: int = 2) -> dict:
 
     with tempfile.TemporaryDirectory(prefix="isosweep-bench-sweep-") as tmp:
         saved = {k: os.environ.get(k) for k in ("ISOSWEEP_MLFLOW_DIR", "ISOSWEEP_MLFLOW_PORT", "MLFLOW_TRACKING_URI")}
-        os.environ.update(ISOSWEEP_MLFLOW_DIR=str(Path(tmp) / "mlflow"), ISOSWEEP_MLFLOW_PORT=str(_free_port()))
+        os.environ.update(ISOSWEEP_MLFLOW_DIR=str(Path(tmp) / "mlflow"), ISOSWEEP_MLFLOW_PORT=str(free_port()))
         os.environ.pop("MLFLOW_TRACKING_URI", None)
         started = ray_init(log_to_driver=False)
         try:
@@ -200,12 +199,6 @@ def sweep_part(repeats: int = 2) -> dict:
                 else:
                     os.environ[key] = value
     return {"grid": SWEEP_GRID, "budget": SWEEP_BUDGET, "runs": runs}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 PARTS = ("side_by_side", "engines", "trial", "sweep")

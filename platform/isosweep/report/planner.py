@@ -273,13 +273,7 @@ class Planner:
                 self.budget_of[key] = data.budget
         if not self.curves:
             raise ConfigError(f"the sweeps {[d.sweep_id for d in sweeps]} have no evaluated trial")
-        names = sorted(set.intersection(*(set(c.values) for c in self.curves)))
-        have = sorted({m.split("@")[0] for m in names})
-        chosen = [m for m in names if m.split("@")[0] == metric]
-        if len(chosen) != 1:
-            raise ConfigError(f"metric {metric!r}: not logged by every trial of the sweeps used "
-                              f"(every trial has {have or 'no eval metric'}; k values: {names})")
-        self.metric = chosen[0]
+        self.metric = metric_name(self.curves, metric)
         self.configs: dict[str, dict] = {}
         for c in self.curves:
             self.configs.setdefault(c.config, {"n": int(c.fields["n"]), "Bp": int(c.fields["Bp"])})
@@ -713,6 +707,17 @@ def observed_at(sweeps: list[SweepData], metric: str, C: float) -> dict[str, flo
     return {k: float(np.mean(v)) for k, v in seen.items()}
 
 
+def metric_name(curves: list[Curve], metric: str) -> str:
+    """The logged name of ``metric`` (``mean`` -> ``mean@4``) that every one of ``curves`` has."""
+    names = sorted(set.intersection(*(set(c.values) for c in curves)))
+    have = sorted({m.split("@")[0] for m in names})
+    chosen = [m for m in names if m.split("@")[0] == metric]
+    if len(chosen) != 1:
+        raise ConfigError(f"metric {metric!r}: not logged by every trial of the sweeps used "
+                          f"(every trial has {have or 'no eval metric'}; k values: {names})")
+    return chosen[0]
+
+
 def leave_one_budget_out(sweeps: list[SweepData], metric: str = "mean", *, fraction: float = 0.25,
                          bootstrap: int = 100) -> dict:
     """Recommend at the largest budget studied from the data at ``C <= fraction * C_max`` only, and compare
@@ -720,8 +725,7 @@ def leave_one_budget_out(sweeps: list[SweepData], metric: str = "mean", *, fract
     recommended allocation's observed value is within its interval and within noise of the observed best.
     C_max is the largest budget at which at least two allocations were observed (a single long run beside
     shorter grids leaves nothing to pick between at its own budget)."""
-    names = set.intersection(*(set(c.values) for d in sweeps for c in d.curves))
-    name = next((m for m in sorted(names) if m.split("@")[0] == metric), metric)
+    name = metric_name([c for d in sweeps for c in d.curves], metric)
     budgets = sorted({d.budget for d in sweeps}, reverse=True)
     c_max = next((b for b in budgets if len(observed_at(sweeps, name, b)) >= 2), budgets[0])
     planner = Planner(truncate(sweeps, fraction * c_max), metric, bootstrap=bootstrap)

@@ -119,7 +119,7 @@ def ray_init(address: str | None = None, log_to_driver: bool = True) -> bool:
     # asks it whether a trial's Train controller is still alive), looks for the cluster among the machine's
     # processes and fails when it finds two: a second local Ray (another sweep, a test) then made every
     # stopped trial keep its CPUs. The local Ray's GCS gets a port chosen here, and its workers its address.
-    port = _free_port()
+    port = free_port()
     env_vars["RAY_ADDRESS"] = f"{LOOPBACK}:{port}"
     with _loopback_only(), _environ({"RAY_GCS_SERVER_PORT": str(port)}):
         ray.init(address="local", _node_ip_address=LOOPBACK, dashboard_host=LOOPBACK,
@@ -127,7 +127,7 @@ def ray_init(address: str | None = None, log_to_driver: bool = True) -> bool:
     return True
 
 
-def _free_port() -> int:
+def free_port() -> int:
     """A TCP port on the loopback interface that nothing listens on now."""
     with socket.socket() as s:
         s.bind((LOOPBACK, 0))
