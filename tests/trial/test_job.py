@@ -14,7 +14,7 @@ from isosweep.spec.profiles import get_profile, load_profiles, trial_resources
 from isosweep.spec.trial import load_trial
 from isosweep.spec.yamlio import ConfigError
 from isosweep.trial.files import TrialDir
-from isosweep.trial.job import lone_trial_threads, ray_init, run_trial
+from isosweep.trial.job import lone_trial_threads, ray_init, run_trial, sweep_threads
 from isosweep.trial.loop import train_loop
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,6 +38,16 @@ def test_a_lone_trial_takes_the_cpus_its_rollout_actors_leave():
     assert lone_trial_threads(load_trial(EASY, SHORT[:-1] + ["rollout.engine=vllm"]), 2) == 1  # an actor has 0.9
     assert lone_trial_threads(load_trial(EASY, SHORT + ["trainer.num_workers=2"]), 2) == 1
     assert lone_trial_threads(load_trial(EASY, SHORT), 1) == 1
+
+
+def test_a_sweep_trial_takes_the_cpus_of_the_trials_that_do_not_run_beside_it():
+    half = load_trial(EASY, SHORT + ["profile=cpu-half"])
+    tiny = load_trial(EASY, SHORT)  # cpu-tiny
+    assert sweep_threads(half, 2, 3) == 1 and sweep_threads(tiny, 2, 2) == 1  # packed: its own share
+    assert sweep_threads(half, 2, 1) == 2 and sweep_threads(tiny, 2, 1) == 2  # alone: both cores
+    assert sweep_threads(tiny, 3, 2) == 1  # 1.5 CPUs each: whole threads only
+    assert sweep_threads(tiny, 8, 1) == 2  # never more than one node of its profile (2 CPUs)
+    assert sweep_threads(load_trial(EASY, SHORT + ["profile=h200-node"]), 192, 1) is None  # the GPU does the work
 
 
 def test_unknown_profile_is_rejected_at_load(tmp_path):

@@ -200,6 +200,19 @@ def in_process_threads(cfg: TrialConfig) -> int | None:
     return max(1, int(profile.driver.CPU + profile.trainer.CPU + 1e-9))
 
 
+def sweep_threads(cfg: TrialConfig, cluster_cpus: float, at_once: int) -> int | None:
+    """Torch threads of an ``in_process`` trial in a sweep that runs ``at_once`` trials at a time on a cluster
+    of ``cluster_cpus``: its CPU share (:func:`in_process_threads`), or more where fewer trials run than the
+    CPUs would hold -- a sweep of one trial, or a resumed sweep's last trial, takes both cores of a 2-core
+    machine instead of leaving one idle -- but never more than one node of its profile has. None on a GPU
+    profile."""
+    own = in_process_threads(cfg)
+    if own is None:
+        return None
+    node = get_profile(cfg.profile).node.CPU
+    return max(own, int(min(node, cluster_cpus / max(1, at_once)) + 1e-9))
+
+
 def _worker(config: dict) -> None:
     """Per-worker entry point of a Ray Train job: rebuild the validated config, run the loop, report each eval.
 
