@@ -110,6 +110,23 @@ def test_fixed_batch_claim_needs_n_star_to_grow_untied():
     assert S.fixed_batch_claim([tied]).verdict == S.UNRESOLVED
 
 
+def test_fixed_batch_evidence_names_the_n_star_sets_and_whether_the_curves_have_bent():
+    tied = [{**_row(1e3, 2, tie=True), "n_range": [2, 4]}, {**_row(1e5, 4, tie=True), "n_range": [2, 4]}]
+    rising = _study("f", tied, study="fixed-batch")
+    rising.data["metrics"]["mean@4"]["fits"] = {
+        "n2-Bp16": {"params": {"C_mid": 150_000.0}, "not_identified": ["only 40% of its fitted gain reached"]},
+        "n4-Bp16": {"params": {"C_mid": 60_000.0}, "not_identified": []}}
+    claim = S.fixed_batch_claim([rising])
+    assert claim.verdict == S.UNRESOLVED
+    assert "n* 90% set {2-4}" in claim.evidence[0] and "1 of 2 mean@4 fits not identified" in claim.evidence[0]
+    assert "C_mid up to 150,000" in claim.needs and "`f`" in claim.needs
+    bent = _study("g", [_row(1e3, 2), _row(1e5, 16)], study="fixed-batch")
+    bent.data["metrics"]["mean@4"]["fits"] = {"n2-Bp16": {"params": {"C_mid": 9_000.0}, "not_identified": []}}
+    claim = S.fixed_batch_claim([bent])
+    assert claim.verdict == S.SUPPORTED and "n* 90% set {16}" in claim.evidence[0]
+    assert "Every mean@4 fit identified: the curves have bent by C = 100,000" in claim.evidence[0]
+
+
 def test_the_report_uses_only_studies_of_the_current_method(tmp_path):
     """An end-to-end report from a real analysis of a synthetic sweep beside a folder of the earlier
     method: the first gives the trend claim's evidence, the second is listed and not used."""

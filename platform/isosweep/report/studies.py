@@ -223,25 +223,44 @@ def fixed_batch_claim(studies: list[Study]) -> Claim:
                   "per fixed-batch study, the untied winner of the primary metric at the smallest and the largest C "
                   "of the table: supported when n* grows between them, contradicted when one untied winner holds "
                   "at both ends or n* falls")
-    verdicts = []
+    verdicts, rising = [], []
     for study in (s for s in studies if s.current and s.data["study"] == "fixed-batch"):
         name = study.data["primary"]
-        rows = _winners(study.data["metrics"][name]["frontier"])
+        m = study.data["metrics"][name]
+        rows = _winners(m["frontier"])
         if not rows:
             continue
         first, last = rows[0], rows[-1]
         cells = "; ".join(f"C {r['C']:,.0f}: " + (f"tie {r['config']} ~ {r['runner_up']}" if r["tie"] else
-                                                   f"{r['config']} (P(best) {r['p_best']:.2f})") for r in (first, last))
-        claim.evidence.append(f"{study.label()}, {name}: {cells}")
+                                                   f"{r['config']} (P(best) {r['p_best']:.2f})")
+                          + (f", n* 90% set {_n_set(r['n_range'])}" if r.get("n_range") else "") for r in (first, last))
+        fits = m.get("fits", {})
+        unbent = sorted(fits[c]["params"]["C_mid"] for c in fits if fits[c].get("not_identified"))
+        bend = (f". {len(unbent)} of {len(fits)} {name} fits not identified (curves still rising at C = "
+                f"{study.data['budget']:,}, fitted C_mid up to {unbent[-1]:,.0f}): the largest C here is not past their "
+                "bend" if unbent else f". Every {name} fit identified: the curves have bent by C = {study.data['budget']:,}")
+        if unbent:
+            rising.append((study, unbent[-1]))
+        claim.evidence.append(f"{study.label()}, {name}: {cells}{bend}")
         if first["tie"] or last["tie"]:
             verdicts.append(UNRESOLVED)
         else:
             verdicts.append(SUPPORTED if last["n"] > first["n"] else CONTRADICTED)
     claim.verdict = combine(verdicts)
     if claim.verdict != SUPPORTED:
-        claim.needs = ("`sweeps/fixed-batch.yaml` with >= 2 seeds at a budget where the curves bend, untied winners at "
-                       "both ends of the table")
+        largest = max(rising, key=lambda sr: sr[0].data["budget"], default=None)
+        claim.needs = ("a fixed-batch study with >= 2 seeds at a budget where the primary metric's curves have bent"
+                       + (f" (at C = {largest[0].data['budget']:,}, `{largest[0].folder}`, they had not: fitted C_mid up to "
+                          f"{largest[1]:,.0f})" if largest else "")
+                       + ", and untied winners at both ends of the table (more seeds or eval problems where the leaders "
+                         "tie)")
     return claim
+
+
+def _n_set(n_range) -> str:
+    """``[2, 4]`` -> ``{2-4}``; ``[4, 4]`` -> ``{4}``."""
+    low, high = n_range[0], n_range[-1]
+    return f"{{{low}}}" if low == high else f"{{{low}-{high}}}"
 
 
 LADDER = ("bf16", "fp8", "int8", "int6", "int4", "int3", "int2")
