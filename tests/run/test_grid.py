@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -29,7 +28,6 @@ from sweep_helpers import (
     children,
     env_for,
     listeners_while_running,
-    own_smoke,
     record_models,
     signal_and_wait,
     wait_for,
@@ -171,29 +169,6 @@ def test_an_interrupted_or_killed_sweep_resumes_without_repeating_work(mlflow_se
     assert again.returncode == 0 and "(2 already finished)" in again.stdout
     assert {key: (d / "metrics.jsonl").stat().st_mtime for key, d in trials.items()} == mtimes
     assert len(children(client, sweep.sweep_id)) == 2
-
-
-def test_a_sweep_with_one_trial_to_run_gives_it_every_core(mlflow_server, tmp_path):
-    """A sweep of one trial (a long single run) trains it on as many torch threads as the machine has, up to
-    one node of its profile, not on the one-core share that packs two trials on 2 cores."""
-    import yaml
-
-    uri, mlflow_env = mlflow_server
-    path = own_smoke(tmp_path).path
-    data = yaml.safe_load(path.read_text())
-    data["grid"] = {"n": [4], "Bp": [8]}
-    path.write_text(yaml.safe_dump(data))
-    sweep = load_sweep(path, budget=640)
-    runs_dir = tmp_path / "runs"
-    done = subprocess.run([ISOSWEEP, "sweep", str(path), "--budget", "640", "--runs", str(runs_dir), "--no-dashboards"],
-                          cwd=ROOT, env=env_for(mlflow_env), capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    cpus = float(re.search(r"of Ray's ([0-9.]+) CPU", done.stdout).group(1))  # what the local Ray counted here
-    threads = max(1, int(min(2, cpus)))  # cpu-tiny's node has 2 CPUs
-    assert "1 at a time" in done.stdout and f"{threads} torch thread" in done.stdout, done.stdout[-3000:]
-    log = (runs_dir / sweep.sweep_id / "trials" / "n4-Bp8" / "trial.log").read_text()
-    assert f"threads={threads}" in log, log[-2000:]
-    check_mlflow_matches_the_trials(runs.client(uri), sweep, runs_dir)
 
 
 def chromium_driver():

@@ -47,14 +47,7 @@ from isosweep.track.curves import without_counts
 from isosweep.track.null import NullTracker
 from isosweep.track.server import answers, ensure_server, revive
 from isosweep.trial.files import TrialDir
-from isosweep.trial.job import (
-    WORKER_RESTARTS,
-    in_process_threads,
-    make_torch_trainer,
-    ray_init,
-    run_in_process,
-    sweep_threads,
-)
+from isosweep.trial.job import WORKER_RESTARTS, in_process_threads, make_torch_trainer, ray_init, run_in_process
 
 TRIALS = "trials"
 
@@ -117,10 +110,9 @@ def job_key(trial) -> str:
     return trial.config["trial"]["key"]
 
 
-def tune_trial(config: dict, threads: int | None = None) -> None:
-    """The Tune function of one trial: continue its MLflow run, then train -- in this process (``in_process``,
-    on ``threads`` torch threads; default its CPU share) or as a Ray Train job (``ray_train``;
-    :func:`isosweep.spec.trial.launcher_choice`).
+def tune_trial(config: dict) -> None:
+    """The Tune function of one trial: continue its MLflow run, then train -- in this process (``in_process``)
+    or as a Ray Train job (``ray_train``; :func:`isosweep.spec.trial.launcher_choice`).
 
     A trial that already reached its last step (an earlier run of the study) only catches its
     MLflow run up and reports its last record: nothing is trained again. If MLflow does not answer
@@ -160,8 +152,7 @@ def tune_trial(config: dict, threads: int | None = None) -> None:
         return
     try:
         if launcher_choice(job.cfg)[0] == "in_process":
-            run_in_process(job.cfg, trial.path, tracker=tracker, report=tune.report,
-                           threads=threads or in_process_threads(job.cfg))
+            run_in_process(job.cfg, trial.path, tracker=tracker, report=tune.report, threads=in_process_threads(job.cfg))
         else:
             make_torch_trainer(job.cfg, trial.path, tracker=tracker, callbacks=[TuneReportCallback()],
                                name=job.key).fit()
@@ -183,9 +174,9 @@ def tune_trial(config: dict, threads: int | None = None) -> None:
     logger.finish("FINISHED")
 
 
-def _tune_function(config: dict, threads: int | None = None) -> None:
+def _tune_function(config: dict) -> None:
     """What Tune runs: :func:`tune_trial` under the name Tune shows."""
-    tune_trial(config, threads)
+    tune_trial(config)
 
 
 _tune_function.__name__ = "isosweep_trial"
@@ -357,15 +348,13 @@ def check_problem_sets(cfgs: list[TrialConfig], source: str | Path, log: Callabl
 
 def run_trials(sweep_out: Path, cfgs: list[TrialConfig], source: str | Path, address: str | None,
                progress: Progress, log: Callable[[str], None], prefix: str, limit: int | None = None,
-               param_space: dict | None = None, stop=None, trials: int | None = None, **tune_config) -> bool:
+               param_space: dict | None = None, stop=None, **tune_config) -> bool:
     """Run a study's trials on Ray Tune; returns whether it was interrupted (Ctrl-C).
 
     ``cfgs`` are the trials that size the concurrency (the largest of them decides); each trial
     reserves what :func:`tune_resources` says and is named by its key; each run of the same study
     is a new Tune experiment ``attempt-N`` under ``sweep_out/tune``. ``tune_config`` adds
-    ``TuneConfig`` arguments (an HPO study's searcher and scheduler). ``trials``: how many this run has to
-    run, where that is known (a grid's unfinished trials): with fewer than fit at once, each ``in_process``
-    trial takes the CPUs the others would have had (:func:`isosweep.trial.job.sweep_threads`).
+    ``TuneConfig`` arguments (an HPO study's searcher and scheduler).
 
     With ``in_process`` trials Tune reuses a finished trial's process for the next (``reuse_actors``): the
     imports of torch, transformers and DeepSpeed are paid once per process, not once per trial. Such a trial
@@ -376,15 +365,12 @@ def run_trials(sweep_out: Path, cfgs: list[TrialConfig], source: str | Path, add
         with ray_session(address) as cluster:
             concurrency = max_concurrency(cfgs, cluster, source, limit=limit)
             in_process = all(launcher_choice(cfg)[0] == "in_process" for cfg in cfgs)
-            at_once = min(concurrency, trials or concurrency)
-            threads = sweep_threads(cfgs[0], cluster.get("CPU", 0.0), at_once) if in_process else None
-            log(f"[{prefix}] {at_once} at a time (each trial: {resources_of(cfgs[0])} of Ray's "
-                f"{cluster.get('CPU', 0):g} CPU; trainer {launcher_choice(cfgs[0])[0]}"
-                + (f", {threads} torch thread{'s' if threads > 1 else ''}" if threads else "") + ")")
+            log(f"[{prefix}] {concurrency} at a time (each trial: {resources_of(cfgs[0])} of Ray's "
+                f"{cluster.get('CPU', 0):g} CPU; trainer {launcher_choice(cfgs[0])[0]})")
             tune_dir = sweep_out / "tune"
             attempt = len(list(tune_dir.glob("attempt-*"))) if tune_dir.exists() else 0
             tuner = tune.Tuner(
-                tune.with_resources(tune.with_parameters(_tune_function, threads=threads), tune_resources),
+                tune.with_resources(_tune_function, tune_resources),
                 param_space=param_space,
                 tune_config=tune.TuneConfig(
                     max_concurrent_trials=concurrency, trial_name_creator=job_key, trial_dirname_creator=job_key,

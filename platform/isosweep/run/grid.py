@@ -120,7 +120,7 @@ def _run_locked(sweep: Sweep, sweep_out: Path, uri: str, dashboards: str | Path 
                          sweep_id=sweep.sweep_id, parent_run_id=parent_id, tracking_uri=uri) for p in pending]
         progress = Progress(GridProgress(sweep, sweep_out), sweep_out, log, progress_every_s, "sweep", uri=uri)
         interrupted = run_trials(sweep_out, [p.cfg for p in sweep.trials], sweep.path, address, progress, log,
-                                 "sweep", limit=concurrency, trials=len(jobs),
+                                 "sweep", limit=concurrency,
                                  param_space={"trial": tune.grid_search([j.to_tune() for j in jobs])})
         settle()  # trials that ran while MLflow was down: their runs created and caught up now that it answers
     unfinished = [p.key for p in sweep.trials if not is_finished(trial_of(sweep_out, p.key), p.cfg)]

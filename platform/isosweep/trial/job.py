@@ -193,24 +193,18 @@ def run_in_process(cfg: TrialConfig, out: str | Path, tracker=None, report: Call
 def in_process_threads(cfg: TrialConfig) -> int | None:
     """Torch threads of an ``in_process`` trial inside a sweep: the CPUs its Tune trial holds (driver and
     trainer shares: one on the tiny profile, so two packed trials do not oversubscribe two cores); None on a
-    GPU profile (the GPU does the work)."""
+    GPU profile (the GPU does the work).
+
+    It depends on the config alone, never on how many trials run beside it: a trial's float rounding depends
+    on its thread count (torch splits its reductions by thread), and a difference in the last bit grows into
+    another trajectory within a few hundred steps. So a sweep trial is the same run whether it ran packed,
+    alone, or resumed as a sweep's last trial, which is what lets studies share and pool runs. Seen on
+    2026-12-05: n8-Bp16 (easy, seed 1) on two threads left the one-thread run's losses at step 36 and
+    sampled other completions by step 780."""
     profile = get_profile(cfg.profile)
     if profile.accelerator == "gpu":
         return None
     return max(1, int(profile.driver.CPU + profile.trainer.CPU + 1e-9))
-
-
-def sweep_threads(cfg: TrialConfig, cluster_cpus: float, at_once: int) -> int | None:
-    """Torch threads of an ``in_process`` trial in a sweep that runs ``at_once`` trials at a time on a cluster
-    of ``cluster_cpus``: its CPU share (:func:`in_process_threads`), or more where fewer trials run than the
-    CPUs would hold -- a sweep of one trial, or a resumed sweep's last trial, takes both cores of a 2-core
-    machine instead of leaving one idle -- but never more than one node of its profile has. None on a GPU
-    profile."""
-    own = in_process_threads(cfg)
-    if own is None:
-        return None
-    node = get_profile(cfg.profile).node.CPU
-    return max(own, int(min(node, cluster_cpus / max(1, at_once)) + 1e-9))
 
 
 def _worker(config: dict) -> None:
