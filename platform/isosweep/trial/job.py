@@ -195,9 +195,8 @@ def in_process_threads(cfg: TrialConfig) -> int | None:
     trainer shares: one on the tiny profile, so two packed trials do not oversubscribe two cores); None on a
     GPU profile (the GPU does the work).
 
-    It depends on the config alone, never on how many trials run beside it: a trial's float rounding depends
-    on its thread count (torch splits its reductions by thread), and a difference in the last bit grows into
-    another trajectory within a few hundred steps. So a sweep trial is the same run whether it ran packed,
+    It depends on the config alone, never on how many trials run beside it: a trial's float results depend
+    on its thread count, and a difference in the last bit grows into another trajectory. So a sweep trial is the same run whether it ran packed,
     alone, or resumed as a sweep's last trial, which is what lets studies share and pool runs. Seen on
     2026-12-05: n8-Bp16 (easy, seed 1) on two threads left the one-thread run's losses at step 36 and
     sampled other completions by step 780."""
