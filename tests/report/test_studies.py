@@ -111,14 +111,15 @@ def test_fixed_batch_claim_needs_n_star_to_grow_untied():
 
 
 def test_fixed_batch_evidence_names_the_n_star_sets_and_whether_the_curves_have_bent():
-    tied = [{**_row(1e3, 2, tie=True), "n_range": [2, 4]}, {**_row(1e5, 4, tie=True), "n_range": [2, 4]}]
+    tied = [{**_row(1e3, 2, tie=True), "n_range": [2, 4]}, {**_row(1e5, 4, tie=True), "n_range": [2, 4, 16]}]
     rising = _study("f", tied, study="fixed-batch")
     rising.data["metrics"]["mean@4"]["fits"] = {
         "n2-Bp16": {"params": {"C_mid": 150_000.0}, "not_identified": ["only 40% of its fitted gain reached"]},
         "n4-Bp16": {"params": {"C_mid": 60_000.0}, "not_identified": []}}
     claim = S.fixed_batch_claim([rising])
     assert claim.verdict == S.UNRESOLVED
-    assert "n* 90% set {2-4}" in claim.evidence[0] and "1 of 2 mean@4 fits not identified" in claim.evidence[0]
+    assert "n* 90% set {2, 4}" in claim.evidence[0] and "n* 90% set {2, 4, 16}" in claim.evidence[0]
+    assert "1 of 2 mean@4 fits not identified" in claim.evidence[0]
     assert "C_mid up to 150,000" in claim.needs and "`f`" in claim.needs
     bent = _study("g", [_row(1e3, 2), _row(1e5, 16)], study="fixed-batch")
     bent.data["metrics"]["mean@4"]["fits"] = {"n2-Bp16": {"params": {"C_mid": 9_000.0}, "not_identified": []}}

@@ -233,7 +233,7 @@ def fixed_batch_claim(studies: list[Study]) -> Claim:
         first, last = rows[0], rows[-1]
         cells = "; ".join(f"C {r['C']:,.0f}: " + (f"tie {r['config']} ~ {r['runner_up']}" if r["tie"] else
                                                    f"{r['config']} (P(best) {r['p_best']:.2f})")
-                          + (f", n* 90% set {_n_set(r['n_range'])}" if r.get("n_range") else "") for r in (first, last))
+                          + (f", n* 90% set {{{', '.join(map(str, r['n_range']))}}}" if r.get("n_range") else "") for r in (first, last))
         fits = m.get("fits", {})
         unbent = sorted(fits[c]["params"]["C_mid"] for c in fits if fits[c].get("not_identified"))
         bend = (f". {len(unbent)} of {len(fits)} {name} fits not identified (curves still rising at C = "
@@ -255,12 +255,6 @@ def fixed_batch_claim(studies: list[Study]) -> Claim:
                        + ", and untied winners at both ends of the table (more seeds or eval problems where the leaders "
                          "tie)")
     return claim
-
-
-def _n_set(n_range) -> str:
-    """``[2, 4]`` -> ``{2-4}``; ``[4, 4]`` -> ``{4}``."""
-    low, high = n_range[0], n_range[-1]
-    return f"{{{low}}}" if low == high else f"{{{low}-{high}}}"
 
 
 LADDER = ("bf16", "fp8", "int8", "int6", "int4", "int3", "int2")
