@@ -104,3 +104,21 @@ def test_a_fit_never_decides_the_frontier_beyond_its_own_data():
             curve.values = {k: v[cut] for k, v in curve.values.items()}
     rows = run(curves, bootstrap=0).metrics["mean@4"].rows
     assert all(row["config"] != "n16-Bp16" for row in rows if row["C"] > BUDGET / 4 * 1.001)
+
+
+def test_two_configs_of_one_n_tied_still_name_n_star_and_a_tie_across_n_does_not():
+    # n* = 4 wins clearly over n = 2 and 8 from early on; its two batch sizes are the same curve, so they tie.
+    # A tie of configs that share n says nothing against n* = 4 (saturation over 4x in C to the budget is
+    # shown); making n = 8 the same curve as n = 4 leaves n* within noise of two n (no saturation).
+    top, low = dict(R0=0.45, A=0.80, C_mid=3_000.0, B=2.0), dict(R0=0.45, A=0.62, C_mid=3_000.0, B=2.0)
+    same_n = {"n2-Bp16": low, "n4-Bp16": top, "n4-Bp32": top, "n8-Bp16": low, "n16-Bp16": low}
+    m = run(synthetic_sweep(same_n, np.random.default_rng(6))[0], bootstrap=60).metrics["mean@4"]
+    last = m.rows[-1]
+    assert last["n"] == 4 and last["n_range"] == [4] and not last["n_tie"]
+    assert any(r["tie"] and not r["n_tie"] for r in m.rows), m.rows  # configs tied, n* not
+    assert m.saturation is not None and m.verdict.startswith("n*(C) saturates: n* = 4"), m.verdict
+    across = dict(same_n, **{"n8-Bp16": top})
+    m = run(synthetic_sweep(across, np.random.default_rng(6))[0], bootstrap=60).metrics["mean@4"]
+    last = m.rows[-1]
+    assert last["n_tie"] and last["n_range"] == [4, 8] and m.saturation is None
+    assert "n* is within noise of several n: n in {4, 8}" in m.verdict, m.verdict

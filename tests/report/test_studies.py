@@ -211,6 +211,9 @@ def test_a_holdout_against_a_tie_decides_nothing_whether_it_hits_or_misses():
     assert S.holdout_claim(misses, Path("/nonexistent")).verdict == S.CONTRADICTED
     mixed = S.holdout_claim([study("n4-Bp16", clear), *misses[:2]], Path("/nonexistent"))  # 1 hit in 3
     assert mixed.verdict == S.UNRESOLVED and mixed.needs.startswith("1 of 3 real decision hold-outs that decide hit")
+    two = S.holdout_claim(misses[:2], Path("/nonexistent"))  # too few that decide for a verdict
+    assert two.verdict == S.UNRESOLVED and two.needs.startswith("2 real decision hold-out(s) that decide (not ties) "
+                                                                "so far, 0 of them hit")
 
 
 def test_sweeps_pooled_into_one_analysis_are_counted_once(tmp_path):

@@ -26,7 +26,9 @@ per-problem correct counts). For each metric (``mean@k``, ``best@k``, ``worst@k`
    never a winner), and the set of n that win in at least 5% of replicates (n*'s interval).
 5. **Allocation verdict**: n* at the smallest or largest n of the grid is reported as a grid edge
    with the direction to extend; saturation is claimed only for an interior n* that wins without
-   a tie over at least a factor :data:`SATURATION_SPAN` in C up to the budget.
+   a tie over at least a factor :data:`SATURATION_SPAN` in C up to the budget. A tie is of n, not
+   of configs: n* is untied when its 90% set is that one n and the winner does not tie with a
+   config of another n (n4-Bp16 tied with n4-Bp32 still says n* = 4).
 6. **Hold-outs**: each config's fit on ``C <= C_max / 4`` predicting its value at ``C_max``, and
    the *decision* hold-out: every config fitted on ``C <= C_max / 4``, the predicted winner at
    ``C_max`` compared with the observed one (mean over seeds of the running best).
@@ -76,7 +78,7 @@ class MetricAnalysis:
     """config -> (compute, value) of the fitted points: each seed's running best at every eval with C > 0."""
     rows: list[dict]
     """The frontier table: C, config, value, low, high, n, Bp, M, p_best, runner_up, lead (low, high), tie,
-    n_range, identified, plus the observed best."""
+    n_range, n_tie, identified, plus the observed best."""
     saturation: float | None
     """Smallest C from which an interior n* wins untied to the budget over >= SATURATION_SPAN x in C
     (None: not shown; nan: no fits)."""
@@ -319,7 +321,7 @@ def frontier_rows(keys: list[str], configs: dict[str, dict], grid: np.ndarray, f
         column = full[:, j]
         row = {"C": float(C), "config": None, "value": math.nan, "low": math.nan, "high": math.nan,
                "p_best": math.nan, "runner_up": None, "lead": math.nan, "lead_low": math.nan, "lead_high": math.nan,
-               "tie": False, "n_range": []}
+               "tie": False, "n_range": [], "n_tie": False}
         if np.all(np.isnan(column)):
             rows.append(row)
             continue
@@ -356,6 +358,9 @@ def frontier_rows(keys: list[str], configs: dict[str, dict], grid: np.ndarray, f
             r, low, high = min(challengers, key=lambda t: (np.nan_to_num(t[1], nan=np.inf), column[w] - column[t[0]]))
             row.update(runner_up=keys[r], lead=float(column[w] - column[r]), lead_low=low, lead_high=high,
                        tie=bool(not math.isnan(low) and low <= 0.0))
+            # n* is tied when the n that win 5% of the replicates are several, or the winner ties with a config of
+            # another n; two configs of one n (n4-Bp16 ~ n4-Bp32) tied still name n*.
+            row["n_tie"] = len(row["n_range"]) > 1 or (row["tie"] and configs[keys[r]]["n"] != row["n"])
         rows.append(row)
     return rows
 
@@ -391,6 +396,12 @@ def n_trend(keys: list[str], configs: dict[str, dict], grid: np.ndarray, full: n
     return {}
 
 
+def n_tied(row: dict) -> bool:
+    """Whether a frontier row's n* is within noise of another n (``n_tie``; rows saved before it existed: the
+    winner's tie with its runner-up, the stricter reading)."""
+    return bool(row.get("n_tie", row.get("tie", False)))
+
+
 def allocation_verdict(rows: list[dict], grid_n: list[int]) -> tuple[float | None, str]:
     """The saturation point (or None) and the verdict in words (module docstring, step 5)."""
     fitted = [r for r in rows if r["config"] is not None]
@@ -412,13 +423,19 @@ def allocation_verdict(rows: list[dict], grid_n: list[int]) -> tuple[float | Non
                       f"{last['C']:,.0f}: extend the grid to {direction} n before reading n*(C) as saturated")
     run = []
     for row in reversed(fitted):
-        if row["n"] != last["n"] or row["tie"]:
+        if row["n"] != last["n"] or n_tied(row):
             break
         run.append(row)
     if run and run[-1]["C"] * SATURATION_SPAN <= last["C"] * 1.0001:
         return run[-1]["C"], (f"n*(C) saturates: n* = {last['n']} (interior, untied) from C = {run[-1]['C']:,.0f} "
                               f"to {last['C']:,.0f} rollouts ({last['C'] / run[-1]['C']:.1f}x in C)")
-    if last["tie"]:
+    if n_tied(last) and len(last.get("n_range") or []) > 1:
+        return None, (f"no saturation shown: at C = {last['C']:,.0f} n* is within noise of several n: n in "
+                      f"{{{', '.join(map(str, last['n_range']))}}} each win at least {P_BEST_FLOOR:.0%} of the "
+                      f"bootstrap replicates (winner {last['config']}, closest challenger {last['runner_up']}, lead "
+                      f"{fmt(last['lead'])}, 90% CI [{fmt(last['lead_low'])}, {fmt(last['lead_high'])}]); more seeds "
+                      "or eval problems would separate them")
+    if n_tied(last):
         return None, (f"no saturation shown: at C = {last['C']:,.0f} the winner {last['config']} ties with "
                       f"{last['runner_up']} (lead {fmt(last['lead'])}, 90% CI [{fmt(last['lead_low'])}, "
                       f"{fmt(last['lead_high'])}]); more seeds or eval problems would separate them")

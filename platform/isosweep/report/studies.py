@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from isosweep.report import planner as P
+from isosweep.report.analysis import n_tied
 from isosweep.report.tables import fmt
 from isosweep.track.curves import SweepData
 
@@ -136,11 +137,21 @@ def _winners(rows: list[dict]) -> list[dict]:
     return [r for r in rows if r.get("config")]
 
 
+def _n_star_cell(row: dict) -> str:
+    """One frontier row as the n* claim reads it: the tie, or n* with its P(best) and 90% set."""
+    if n_tied(row):
+        return f"tie {row['config']} ~ {row['runner_up']}" + (f" (n* 90% set {row['n_range']})"
+                                                              if len(row.get("n_range") or []) > 1 else "")
+    configs = f"; configs tie {row['config']} ~ {row['runner_up']}" if row.get("tie") else ""
+    return f"n* {row['n']} (P(best) {row['p_best']:.2f}, n* 90% set {row.get('n_range', [row['n']])}{configs})"
+
+
 def n_star_claim(studies: list[Study]) -> Claim:
     """n* grows with C, then saturates (iso-compute studies, the primary metric)."""
     claim = Claim("n* grows with C, then saturates",
-                  "per iso-compute study, the winner of the primary metric at each C of the frontier table (ties "
-                  "and winners at the edge of the grid decide nothing); growth = an untied n* at a larger C above "
+                  "per iso-compute study, n* of the primary metric at each C of the frontier table (an n* within "
+                  "noise of another n, and winners at the edge of the grid, decide nothing; two configs of one n "
+                  "tied still name n*); growth = an untied n* at a larger C above "
                   "an untied n* at a smaller C; saturation = the analysis's own verdict (an interior, untied n* "
                   "over at least 4x in C)")
     verdicts = []
@@ -152,10 +163,8 @@ def n_star_claim(studies: list[Study]) -> Claim:
         if len(grid_n) < 2:
             claim.evidence.append(f"{study.label()}: one n studied, so it ranks no n (not counted)")
             continue
-        untied = [r for r in rows if not r["tie"] and r["n"] not in (grid_n[0], grid_n[-1])]
-        cells = ", ".join(f"C {r['C']:,.0f}: " + (f"tie {r['config']} ~ {r['runner_up']}" if r["tie"] else
-                                                   f"n* {r['n']} (P(best) {r['p_best']:.2f}, n* 90% set "
-                                                   f"{r['n_range']})") for r in rows)
+        untied = [r for r in rows if not n_tied(r) and r["n"] not in (grid_n[0], grid_n[-1])]
+        cells = ", ".join(f"C {r['C']:,.0f}: " + _n_star_cell(r) for r in rows)
         claim.evidence.append(f"{study.label()}, {name}: {cells}. Verdict of the analysis: {m['verdict']}")
         grows = any(b["n"] > a["n"] for i, a in enumerate(untied) for b in untied[i + 1:])
         shrinks = any(b["n"] < a["n"] for i, a in enumerate(untied) for b in untied[i + 1:])
@@ -170,8 +179,8 @@ def n_star_claim(studies: list[Study]) -> Claim:
     claim.verdict = combine(verdicts)
     if claim.verdict != SUPPORTED:
         claim.needs = ("untied interior winners at several budgets: a grid that brackets n* (n = 2 up to a large n), "
-                       "budgets past the curves' bend, and enough seeds and eval problems that the lead over the "
-                       "runner-up excludes 0")
+                       "budgets past the curves' bend, and enough seeds and eval problems that n*'s 90% set narrows to "
+                       "one n")
     return claim
 
 
@@ -418,8 +427,8 @@ def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
                            "its own (other difficulties, budgets or grids)")
     else:
         claim.verdict = UNRESOLVED
-        claim.needs = (f"{len(hits)} real decision hold-out(s) that decide (not ties) so far: at least 3 studies "
-                       "whose curves bend within their budget")
+        claim.needs = (f"{len(hits)} real decision hold-out(s) that decide (not ties) so far, {sum(hits)} of them "
+                       "hit: at least 3 studies whose curves bend within their budget")
     return claim
 
 
