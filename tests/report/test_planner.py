@@ -255,7 +255,7 @@ def test_the_report_names_studies_that_ran_the_same_trials(tmp_path):
     P.write_sweep_data(sweep(seed=16, name="first"), tmp_path / "first")
     P.write_sweep_data(sweep({"n8-Bp16": TRUTH["n8-Bp16"]}, seed=16, name="second"), tmp_path / "second")
     P.write_sweep_data(sweep(seed=17, name="other", first_seed=5), tmp_path / "other")
-    assert shared_runs(tmp_path) == ["- `first` and `second` both ran 2 trial(s) (n8-Bp16 seed 0, n8-Bp16 seed 1) "
+    assert shared_runs(tmp_path) == ["- `first` and `second` each ran 2 trial(s) (n8-Bp16 seed 0, n8-Bp16 seed 1) "
                                      "with the same allocation, seed and recipe: deterministic runs (bit-identical when they "
                                      "ran on the same number of torch threads), so their verdicts are not independent evidence"]
 

@@ -527,7 +527,7 @@ def shared_runs(dashboards: Path) -> list[str]:
     for (_, config, seed), ids in owners.items():
         if len(ids) > 1:
             pairs.setdefault(tuple(sorted(ids)), []).append(f"{config} seed {seed}")
-    return [f"- {' and '.join(f'`{i}`' for i in ids)} both ran {len(runs)} trial(s) ({', '.join(sorted(runs))}) "
+    return [f"- {' and '.join(f'`{i}`' for i in ids)} each ran {len(runs)} trial(s) ({', '.join(sorted(runs))}) "
             "with the same allocation, seed and recipe: deterministic runs (bit-identical when they ran on the same "
             "number of torch threads), so their verdicts are not independent evidence"
             for ids, runs in sorted(pairs.items())]
