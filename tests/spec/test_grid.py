@@ -152,7 +152,10 @@ def test_eval_points_are_log_spaced_in_compute():
 
 @pytest.mark.parametrize(("sweep_file", "folder"), [("isocompute-hard.yaml", "isocompute-hard"),
                                                     ("isocompute-easy-full.yaml", "isocompute-easy-full"),
-                                                    ("bend-easy.yaml", "bend-easy"), ("bend-hard.yaml", "bend-hard")])
+                                                    ("bend-easy.yaml", "bend-easy"), ("bend-hard.yaml", "bend-hard"),
+                                                    ("bend-easy-full.yaml", "bend-easy-full"),
+                                                    ("bend-hard-full.yaml", "bend-hard-full"),
+                                                    ("bend-fixed-batch.yaml", "bend-fixed-batch")])
 def test_a_committed_study_is_the_sweep_its_file_runs(sweep_file, folder):
     """The study in dashboards/<folder>/ was run under the id its sweep file gives today: rerunning the file
     resumes (or finds finished) those trials instead of starting another sweep."""
