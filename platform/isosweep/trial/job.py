@@ -196,8 +196,9 @@ def in_process_threads(cfg: TrialConfig) -> int | None:
     GPU profile (the GPU does the work).
 
     It depends on the config alone, never on how many trials run beside it: a trial's float results depend
-    on its thread count, and a difference in the last bit grows into another trajectory. So a sweep trial is the same run whether it ran packed,
-    alone, or resumed as a sweep's last trial, which is what lets studies share and pool runs. Seen on
+    on its thread count, and a difference in the last bit grows into another trajectory. So a sweep trial is
+    the same run whether it ran packed, alone, or resumed as a sweep's last trial, which is what lets studies
+    share and pool runs. Seen on
     2026-12-05: n8-Bp16 (easy, seed 1) on two threads left the one-thread run's losses at step 36 and
     sampled other completions by step 780."""
     profile = get_profile(cfg.profile)
