@@ -319,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
                                        "-> DASHBOARDS/REPORT.md")
     study_report.add_argument("--dashboards", default="dashboards", help="the study folders (default: dashboards)")
     study_report.add_argument("--refresh", action="store_true",
-                              help="first redo each study folder from MLflow (the newest finished sweep of each name)")
+                              help="first redo each study folder from MLflow, from the sweeps its fits.json names "
+                              "(a finished sweep no folder holds: a new folder, the newest of its name)")
     study_report.set_defaults(run=_report)
 
     bench = commands.add_parser("bench", help="isosweep vs TRL vs a plain loop, engine throughput, "

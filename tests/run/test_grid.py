@@ -118,6 +118,22 @@ def test_make_sweep_smoke_prints_the_frontier_and_fills_mlflow(mlflow_server, tm
     assert label in (refreshed / "REPORT.md").read_text()
     assert len(client.search_model_versions(f"name = '{name}'")) == len(winners)  # redone twice, registered once
 
+    # a folder is redone from the sweep its fits.json names, whatever the folder is called (no second folder for
+    # that sweep appears under its name); a folder whose sweep MLflow does not hold is left as it was, and says so
+    kept = tmp_path / "kept"
+    shutil.copytree(refreshed / "smoke", kept / "smoke-renamed")
+    (kept / "smoke-renamed" / "frontier.csv").write_text("stale\n")
+    (kept / "gone").mkdir()
+    gone = json.dumps({"title": "gone-2k-000000", "budget": 2000})
+    (kept / "gone" / "fits.json").write_text(gone)
+    again = subprocess.run([ISOSWEEP, "report", "--refresh", "--dashboards", str(kept)], cwd=ROOT,
+                           env=env_for(mlflow_env), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (kept / "smoke-renamed" / "frontier.csv").read_text() == (dashboards / "smoke" / "frontier.csv").read_text()
+    assert not (kept / "smoke").exists() and (kept / "gone" / "fits.json").read_text() == gone
+    assert "gone: left as it was: its sweep(s) gone-2k-000000 are not among the finished sweeps" in again.stdout
+    assert f"smoke-renamed: sweep(s) {sweep.sweep_id} redone from MLflow" in again.stdout
+
 
 def test_an_interrupted_or_killed_sweep_resumes_without_repeating_work(mlflow_server, tmp_path):
     uri, mlflow_env = mlflow_server

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -186,46 +187,95 @@ def frontier_report(uri: str, sweep_id: str, out: str | Path | None, dashboards:
     return analysis
 
 
-def refresh_dashboards(uri: str, dashboards: str | Path, log: Callable[[str], None] = say) -> list[Path]:
-    """Redo, from MLflow, the frontier analysis of the newest finished sweep of each sweep name into
-    ``dashboards/<name>/`` (what the study report reads); returns the folders written."""
-    client = runs.client(uri)
-    newest: dict[str, object] = {}
-    for parent in runs.finished_grid_sweeps(client):
-        newest.setdefault(parent.data.params.get("spec.name", parent.data.tags[runs.SWEEP_TAG]), parent)
-    written, read = [], {}
-    for name, parent in sorted(newest.items()):
-        sweep_id = parent.data.tags[runs.SWEEP_TAG]
+def folder_sweeps(dashboards: str | Path) -> dict[Path, tuple[str, ...]]:
+    """Each study folder directly under ``dashboards`` and the ids of the sweeps its ``fits.json`` was analysed
+    from: ``pooled_from`` for a study pooled from parts, else its ``title`` (folders without one are left out)."""
+    held = {}
+    for fits in sorted(Path(dashboards).glob("*/fits.json")):
         try:
-            data = runs.read_sweep(client, parent)
-            frontier_report(uri, sweep_id, Path(dashboards) / name, log=lambda _: None, data=data)
-        except (ValueError, KeyError, RuntimeError, ConfigError) as e:  # one unreadable sweep does not block the rest
-            log(f"[report] {name}: sweep {sweep_id} skipped, its folder left as it was ({type(e).__name__}: {e})")
+            saved = json.loads(fits.read_text())
+        except (OSError, ValueError):
             continue
-        log(f"[report] {name}: sweep {sweep_id} redone from MLflow into {Path(dashboards) / name}")
-        written.append(Path(dashboards) / name)
-        read[sweep_id] = (parent, data)
-    return written + pool_dashboards(read, dashboards, log)
+        ids = saved.get("pooled_from") or ([saved["title"]] if saved.get("title") else [])
+        if ids:
+            held[fits.parent] = tuple(ids)
+    return held
+
+
+def refresh_dashboards(uri: str, dashboards: str | Path, log: Callable[[str], None] = say) -> list[Path]:
+    """Redo, from MLflow, the study folders under ``dashboards`` (what the study report reads); returns the
+    folders written.
+
+    A folder is redone from the sweeps its ``fits.json`` names (:func:`folder_sweeps`), so another finished sweep
+    of the same name (an older run, or one written to other dashboards) never replaces what it holds; a folder
+    whose sweeps MLflow does not hold is left as it is, and says so. A finished sweep whose name has no folder
+    yet, and that no folder holds, goes to ``dashboards/<name>/`` (the newest of each name). Then the parts of a
+    study run seed by seed that no folder pools yet are pooled (:func:`pool_dashboards`)."""
+    client = runs.client(uri)
+    dashboards = Path(dashboards)
+    finished = {parent.data.tags[runs.SWEEP_TAG]: parent for parent in runs.finished_grid_sweeps(client)}
+    todo = folder_sweeps(dashboards)
+    claimed = {sweep_id for ids in todo.values() for sweep_id in ids}
+    for sweep_id, parent in finished.items():  # newest first
+        folder = dashboards / parent.data.params.get("spec.name", sweep_id)
+        if folder not in todo and sweep_id not in claimed:
+            todo[folder] = (sweep_id,)
+    written, single = [], {}
+    for folder, ids in sorted(todo.items()):
+        missing = [sweep_id for sweep_id in ids if sweep_id not in finished]
+        if missing:
+            log(f"[report] {folder.name}: left as it was: its sweep(s) {', '.join(missing)} are not among the "
+                f"finished sweeps in MLflow at {uri}")
+            continue
+        try:
+            read = {sweep_id: (finished[sweep_id], runs.read_sweep(client, finished[sweep_id])) for sweep_id in ids}
+            if len(ids) == 1:
+                frontier_report(uri, ids[0], folder, log=lambda _: None, data=read[ids[0]][1])
+                single.update(read)
+            else:
+                groups = P.pool_groups([data for _, data in read.values()])
+                if len(groups) != 1 or len(groups[0]) != len(ids):
+                    raise ValueError(f"its sweeps {', '.join(ids)} are no longer parts of one study")
+                write_sweep_data(read[groups[0][0].sweep_id][1], folder)
+                pool_into(groups[0], read, folder)
+        except (ValueError, KeyError, RuntimeError, ConfigError) as e:  # one unreadable sweep does not block the rest
+            log(f"[report] {folder.name}: sweep(s) {', '.join(ids)} skipped, its folder left as it was "
+                f"({type(e).__name__}: {e})")
+            continue
+        log(f"[report] {folder.name}: sweep(s) {', '.join(ids)} redone from MLflow into {folder}")
+        written.append(folder)
+    unpooled = {sweep_id: part for sweep_id, part in single.items()
+                if not any(sweep_id in ids for ids in todo.values() if len(ids) > 1)}
+    return written + pool_dashboards(unpooled, dashboards, log)
+
+
+def pool_into(group: list[SweepData], read: dict[str, tuple], folder: str | Path) -> Analysis:
+    """The frontier analysis of all trials of ``group`` (one study's parts, lowest seed first:
+    :func:`isosweep.report.planner.pool_groups`) written to ``folder``, its ``fits.json`` naming the parts
+    (``pooled_from``) so the study report counts them once. ``read``: sweep id -> (its parent run, its data)."""
+    home, _ = read[group[0].sweep_id]
+    tags, params = home.data.tags, home.data.params
+    ids = tuple(d.sweep_id for d in group)
+    analysis = analyse(P.pooled_curves(group), title=ids[0], study=tags["isosweep.study"], budget=group[0].budget,
+                       primary=tags["isosweep.metric"].split("/")[1], points=int(params["spec.frontier.points"]),
+                       bootstrap=int(params["spec.frontier.bootstrap"]), difficulty=tags.get("isosweep.difficulty", ""))
+    analysis.pooled_from = ids
+    write_outputs(analysis, folder)
+    return analysis
 
 
 def pool_dashboards(read: dict[str, tuple], dashboards: str | Path, log: Callable[[str], None] = say) -> list[Path]:
     """Sweeps that are one study run in parts (another seed run later, as its own sweep: the same study kind,
     budget, grid, task, model and method; :func:`isosweep.report.planner.pool_groups`) analysed as one: the
-    frontier of all their trials into the folder of the part with the lowest seed, which names the parts in
-    ``fits.json`` (``pooled_from``) so the study report counts them once. ``read``: sweep id -> (its parent run,
-    its :class:`SweepData`), as the caller read them. Returns the folders written."""
+    frontier of all their trials into the folder of the part with the lowest seed (:func:`pool_into`).
+    ``read``: sweep id -> (its parent run, its :class:`SweepData`), as the caller read them. Returns the
+    folders written."""
     written = []
     for group in P.pool_groups([d for _, d in read.values()]):
         home, _ = read[group[0].sweep_id]
-        tags, params = home.data.tags, home.data.params
-        folder = Path(dashboards) / params.get("spec.name", tags[runs.SWEEP_TAG])
-        ids = tuple(d.sweep_id for d in group)
-        analysis = analyse(P.pooled_curves(group), title=ids[0], study=tags["isosweep.study"], budget=group[0].budget,
-                           primary=tags["isosweep.metric"].split("/")[1], points=int(params["spec.frontier.points"]),
-                           bootstrap=int(params["spec.frontier.bootstrap"]), difficulty=tags.get("isosweep.difficulty", ""))
-        analysis.pooled_from = ids
-        write_outputs(analysis, folder)
-        log(f"[report] {folder.name}: sweeps {', '.join(ids)} pooled ({len(analysis.curves)} trials, seeds "
-            f"{analysis.seeds()}) into {folder}")
+        folder = Path(dashboards) / home.data.params.get("spec.name", home.data.tags[runs.SWEEP_TAG])
+        analysis = pool_into(group, read, folder)
+        log(f"[report] {folder.name}: sweeps {', '.join(analysis.pooled_from)} pooled ({len(analysis.curves)} "
+            f"trials, seeds {analysis.seeds()}) into {folder}")
         written.append(folder)
     return written
