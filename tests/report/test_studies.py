@@ -106,8 +106,17 @@ def test_fixed_batch_claim_needs_n_star_to_grow_untied():
     holds = _study("f", [_row(1e3, 8), _row(1e5, 8)], study="fixed-batch")
     tied = _study("f", [_row(1e3, 2), _row(1e5, 16, tie=True)], study="fixed-batch")
     assert S.fixed_batch_claim([grows]).verdict == S.SUPPORTED
-    assert S.fixed_batch_claim([holds]).verdict == S.CONTRADICTED
     assert S.fixed_batch_claim([tied]).verdict == S.UNRESOLVED
+    # one winner at both ends contradicts only past its curve's bend (the "large C" of the claim)
+    for fit, verdict in (({"not_identified": []}, S.CONTRADICTED), (None, S.UNRESOLVED),
+                         ({"not_identified": ["only 60% of its fitted gain reached"]}, S.UNRESOLVED)):
+        holds.data["metrics"]["mean@4"]["fits"] = {"n8-Bp16": {"params": {"C_mid": 30_000.0}, **fit}} if fit else {}
+        claim = S.fixed_batch_claim([holds])
+        assert claim.verdict == verdict
+        assert ("n8-Bp16 leads at both ends, but its fit is not identified" in claim.evidence[0]) == (verdict == S.UNRESOLVED)
+    falls = _study("f", [_row(1e3, 16), _row(1e5, 4)], study="fixed-batch")
+    falls.data["metrics"]["mean@4"]["fits"] = {"n4-Bp16": {"params": {"C_mid": 9_000.0}, "not_identified": []}}
+    assert S.fixed_batch_claim([falls]).verdict == S.CONTRADICTED
 
 
 def test_fixed_batch_evidence_names_the_n_star_sets_and_whether_the_curves_have_bent():

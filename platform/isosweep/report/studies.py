@@ -231,7 +231,7 @@ def fixed_batch_claim(studies: list[Study]) -> Claim:
                   "large C",
                   "per fixed-batch study, the untied winner of the primary metric at the smallest and the largest C "
                   "of the table: supported when n* grows between them, contradicted when one untied winner holds "
-                  "at both ends or n* falls")
+                  "at both ends or n* falls and the last winner's curve has bent (its fit identified)")
     verdicts, rising = [], []
     for study in (s for s in studies if s.current and s.data["study"] == "fixed-batch"):
         name = study.data["primary"]
@@ -253,8 +253,15 @@ def fixed_batch_claim(studies: list[Study]) -> Claim:
         claim.evidence.append(f"{study.label()}, {name}: {cells}{bend}")
         if first["tie"] or last["tie"]:
             verdicts.append(UNRESOLVED)
+        elif last["n"] > first["n"]:
+            verdicts.append(SUPPORTED)
+        elif fits.get(last["config"], {}).get("not_identified", ["no fit"]):
+            # the claim is about large C: a winner that still holds while its own curve rises is not past it
+            claim.evidence[-1] += (f"; {last['config']} leads at both ends, but its fit is not identified, so the "
+                                   "largest C is not the large C of the claim: this decides nothing")
+            verdicts.append(UNRESOLVED)
         else:
-            verdicts.append(SUPPORTED if last["n"] > first["n"] else CONTRADICTED)
+            verdicts.append(CONTRADICTED)
     claim.verdict = combine(verdicts)
     if claim.verdict != SUPPORTED:
         largest = max(rising, key=lambda sr: sr[0].data["budget"], default=None)
