@@ -129,6 +129,7 @@ def test_fixed_batch_evidence_names_the_n_star_sets_and_whether_the_curves_have_
     assert claim.verdict == S.UNRESOLVED
     assert "n* 90% set {2, 4}" in claim.evidence[0] and "n* 90% set {2, 4, 16}" in claim.evidence[0]
     assert "1 of 2 mean@4 fits not identified" in claim.evidence[0]
+    assert "not past their bend (n2-Bp16); the other one has bent" in claim.evidence[0]
     assert "C_mid up to 150,000" in claim.needs and "`f`" in claim.needs
     bent = _study("g", [_row(1e3, 2), _row(1e5, 16)], study="fixed-batch")
     bent.data["metrics"]["mean@4"]["fits"] = {"n2-Bp16": {"params": {"C_mid": 9_000.0}, "not_identified": []}}
@@ -223,6 +224,20 @@ def test_a_holdout_against_a_tie_decides_nothing_whether_it_hits_or_misses():
     two = S.holdout_claim(misses[:2], Path("/nonexistent"))  # too few that decide for a verdict
     assert two.verdict == S.UNRESOLVED and two.needs.startswith("2 real decision hold-out(s) that decide (not ties) "
                                                                 "so far, 0 of them hit")
+
+    # two studies that ran the same trials of the picked config make the same pick from the same fit: one test
+    records = {"compute": [1.0, 2.0], "value": [0.5, 0.6], "seed": [0, 0]}
+    for i, s in enumerate(misses):
+        s.folder = f"s{i}"
+        s.data["metrics"]["mean@4"]["records"] = {"n16-Bp32": records if i < 2 else {**records, "value": [0.5, 0.7]}}
+        s.data["metrics"]["mean@4"]["decision_holdout"]["C_max"] = 100.0
+    once = S.holdout_claim(misses, Path("/nonexistent"))
+    assert once.verdict == S.UNRESOLVED and once.needs.startswith("2 real decision hold-out(s) that decide")
+    assert "the same prediction as `s0`'s (its n16-Bp32 trials are the same runs" in once.evidence[1]
+    assert "same prediction" not in once.evidence[0] + once.evidence[2]
+    misses[2].data["metrics"]["mean@4"]["decision_holdout"]["C_max"] = 400.0  # another budget: another test
+    misses[2].data["metrics"]["mean@4"]["records"]["n16-Bp32"] = records
+    assert S.holdout_claim(misses[1:], Path("/nonexistent")).needs.startswith("2 real decision hold-out(s)")
 
 
 def test_sweeps_pooled_into_one_analysis_are_counted_once(tmp_path):

@@ -244,10 +244,14 @@ def fixed_batch_claim(studies: list[Study]) -> Claim:
                                                    f"{r['config']} (P(best) {r['p_best']:.2f})")
                           + (f", n* 90% set {{{', '.join(map(str, r['n_range']))}}}" if r.get("n_range") else "") for r in (first, last))
         fits = m.get("fits", {})
-        unbent = sorted(fits[c]["params"]["C_mid"] for c in fits if fits[c].get("not_identified"))
+        rising_configs = sorted(c for c in fits if fits[c].get("not_identified"))
+        unbent = sorted(fits[c]["params"]["C_mid"] for c in rising_configs)
         bend = (f". {len(unbent)} of {len(fits)} {name} fits not identified (curves still rising at C = "
                 f"{study.data['budget']:,}, fitted C_mid up to {unbent[-1]:,.0f}): the largest C here is not past their "
                 "bend" if unbent else f". Every {name} fit identified: the curves have bent by C = {study.data['budget']:,}")
+        if unbent and len(unbent) < len(fits):
+            rest = len(fits) - len(unbent)
+            bend += f" ({', '.join(rising_configs)}); " + ("the other one has bent" if rest == 1 else f"the other {rest} have bent")
         if unbent:
             rising.append((study, unbent[-1]))
         claim.evidence.append(f"{study.label()}, {name}: {cells}{bend}")
@@ -386,20 +390,37 @@ def holdout_outcome(study: Study, metric: str, d: dict) -> str:
     return "miss"
 
 
+def same_prediction(study: Study, metric: str, d: dict) -> str:
+    """What a decision hold-out's pick rests on: the set, C_max, the predicted config and every record of it (each
+    seed's running best at each evaluation). Two studies that ran the same trials of the picked config (deterministic
+    runs) fit the same data and make the same pick at the same C_max: one test of the fits, not two."""
+    records = study.data["metrics"][metric].get("records", {}).get(d["predicted_config"])
+    if records is None:  # nothing to compare: a test of its own
+        return json.dumps([study.folder, id(study)])
+    return json.dumps([study.difficulty, d.get("C_max"), d["predicted_config"], records], sort_keys=True)
+
+
 def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
     """Fits predict 4x out."""
     claim = Claim("the fitted curves predict 4x beyond their data",
                   "decision hold-out: every config fitted on C <= C_max/4, the predicted winner and its value at C_max "
                   "against what was observed; on the real studies and on synthetic sweeps with a known truth")
-    hits, tried = [], 0
+    decided: dict[str, list] = {}  # one prediction -> [its studies' folders, all of them hit]
+    tried = 0
     for study in (s for s in studies if s.current):
         name = study.data["primary"]
         d = study.data["metrics"][name].get("decision_holdout") or {}
         if d.get("predicted_config"):
             outcome = holdout_outcome(study, name, d)
             tried += 1
+            repeat = ""
             if outcome != "tie":
-                hits.append(outcome == "hit")
+                same = decided.setdefault(same_prediction(study, name, d), [[], True])
+                if same[0]:
+                    repeat = (f"; the same prediction as `{same[0][0]}`'s (its {d['predicted_config']} trials are the "
+                              "same runs, fitted on the same data), counted once")
+                same[0].append(study.folder)
+                same[1] = same[1] and outcome == "hit"
             claim.evidence.append(f"{study.label()}, {name}: predicted {d['predicted_config']} "
                                   f"({fmt(d['predicted_value'])}), observed best {d['observed_config']} -> "
                                   + ("hit" if outcome == "hit" else "miss" if outcome == "miss" else
@@ -407,7 +428,7 @@ def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
                                      "runner-up, so it decides nothing" if d["hit"] else
                                      "a miss against a tie: the predicted config is within noise of the observed "
                                      "best at C_max, so it decides nothing")
-                                  + f", value error {fmt(d['abs_error'])}")
+                                  + f", value error {fmt(d['abs_error'])}{repeat}")
         else:
             claim.evidence.append(f"{study.label()}, {name}: no hold-out ({d.get('reason', 'no data')})")
     validation = dashboards / "methods" / "validation.json"
@@ -418,6 +439,7 @@ def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
             claim.evidence.append(f"synthetic sweeps (`methods/`, {v.get('decision_holdout_possible', '?')} hold-outs): "
                                   f"decision hold-out hit rate {synthetic:.2f}, median value error "
                                   f"{fmt(v.get('decision_holdout_value_error_median_abs'))}")
+    hits = [hit for _, hit in decided.values()]
     if not hits and tried:
         claim.verdict = UNRESOLVED
         claim.needs = "hold-outs against untied winners: studies whose curves bend within their budget, more seeds"
@@ -435,7 +457,8 @@ def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
     else:
         claim.verdict = UNRESOLVED
         claim.needs = (f"{len(hits)} real decision hold-out(s) that decide (not ties) so far, {sum(hits)} of them "
-                       "hit: at least 3 studies whose curves bend within their budget")
+                       "hit: at least 3 studies whose curves bend within their budget (a pick that two studies make "
+                       "from the same runs counts once)")
     return claim
 
 
