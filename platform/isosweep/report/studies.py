@@ -405,7 +405,7 @@ def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
     claim = Claim("the fitted curves predict 4x beyond their data",
                   "decision hold-out: every config fitted on C <= C_max/4, the predicted winner and its value at C_max "
                   "against what was observed; on the real studies and on synthetic sweeps with a known truth")
-    decided: dict[str, list] = {}  # one prediction -> [its studies' folders, all of them hit]
+    decided: dict[str, list[tuple[str, bool]]] = {}  # one prediction -> (folder, hit) of each study that made it
     tried = 0
     for study in (s for s in studies if s.current):
         name = study.data["primary"]
@@ -415,12 +415,11 @@ def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
             tried += 1
             repeat = ""
             if outcome != "tie":
-                same = decided.setdefault(same_prediction(study, name, d), [[], True])
-                if same[0]:
+                same = decided.setdefault(same_prediction(study, name, d), [])
+                if same:
                     repeat = (f"; the same prediction as `{same[0][0]}`'s (its {d['predicted_config']} trials are the "
                               "same runs, fitted on the same data), counted once")
-                same[0].append(study.folder)
-                same[1] = same[1] and outcome == "hit"
+                same.append((study.folder, outcome == "hit"))
             claim.evidence.append(f"{study.label()}, {name}: predicted {d['predicted_config']} "
                                   f"({fmt(d['predicted_value'])}), observed best {d['observed_config']} -> "
                                   + ("hit" if outcome == "hit" else "miss" if outcome == "miss" else
@@ -439,7 +438,7 @@ def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
             claim.evidence.append(f"synthetic sweeps (`methods/`, {v.get('decision_holdout_possible', '?')} hold-outs): "
                                   f"decision hold-out hit rate {synthetic:.2f}, median value error "
                                   f"{fmt(v.get('decision_holdout_value_error_median_abs'))}")
-    hits = [hit for _, hit in decided.values()]
+    hits = [all(hit for _, hit in same) for same in decided.values()]
     if not hits and tried:
         claim.verdict = UNRESOLVED
         claim.needs = "hold-outs against untied winners: studies whose curves bend within their budget, more seeds"
