@@ -141,7 +141,7 @@ def test_evaluations_measure_the_trained_weights_not_the_rounded_rollout_copy(ba
 
 
 def test_killed_trial_with_torn_appends_resumes_without_losing_or_repeating_evals(base_model, tmp_path):
-    extra = ["budget=640", "eval.every=2", "task.eval_problems=16"]
+    extra = ["budget=320", "eval.every=2", "task.eval_problems=16"]  # 10 steps, 6 evaluations
     env = {**os.environ, "PYTHONPATH": str(ROOT / "platform")}
     reference = tmp_path / "reference"
     done = subprocess.run(_trial_command(reference, extra), check=True, env=env, capture_output=True, text=True)
@@ -152,18 +152,18 @@ def test_killed_trial_with_torn_appends_resumes_without_losing_or_repeating_eval
     proc = subprocess.Popen(_trial_command(resumed, extra), env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
-    while time.time() < deadline and len(TrialDir(resumed).records()) < 4:
+    while time.time() < deadline and len(TrialDir(resumed).records()) < 3:
         time.sleep(0.2)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    assert 4 <= len(TrialDir(resumed).records()) < 11, "kill landed outside the run"
+    assert 3 <= len(TrialDir(resumed).records()) < 6, "kill landed outside the run"
     for name in (METRICS_FILE, STEPS_FILE):  # and the crash cut an append short in both files
         with open(resumed / name, "a") as f:
             f.write('{"step": 99, "rollo')
     subprocess.run(_trial_command(resumed, extra), check=True, env=env, capture_output=True)
 
     want, got = TrialDir(reference).records(), TrialDir(resumed).records()
-    assert [r["step"] for r in got] == list(range(0, 21, 2))
+    assert [r["step"] for r in got] == list(range(0, 11, 2))
     assert [r["rollouts"] for r in got] == [r["rollouts"] for r in want]
     assert [r["step"] for r in TrialDir(resumed).steps()] == [r["step"] for r in TrialDir(reference).steps()]
     # weights, optimizer state and (seed, step)-derived sampling make the resumed run the same run
