@@ -190,3 +190,33 @@ def test_eval_noise_is_the_sampling_se_of_each_evaluation_from_its_counts():
     result = analyse([counted], title="noise", study="isocompute", budget=BUDGET, primary="mean@4", bootstrap=0)
     assert "eval: 40 fixed problems x 16 samples" in table_text(result)
     assert result.to_json()["eval"] == noise
+
+
+def test_the_frontier_text_reads_a_decision_holdout_as_the_study_report_does(tmp_path):
+    """The sweep's own text and the study report judge a decision hold-out by one rule
+    (``analysis.holdout_outcome``): a pick within noise of the observed best at C_max is a miss (or a hit)
+    against a tie that decides nothing, not a plain miss."""
+    from isosweep.report import analysis as A
+    from isosweep.report import studies as S
+
+    result = analyse([curve(key, 0.0, 0) for key in TRUE], title="t", study="isocompute", budget=BUDGET,
+                     primary="mean@4", bootstrap=0)
+    m = result.metrics["mean@4"]
+    last = m.rows[-1]
+    other = next(key for key in TRUE if key != last["config"])
+    cases = [(other, False, None, "-> miss, value error"),
+             (other, True, other, "-> a miss against a tie: the predicted config is within noise"),
+             (last["config"], True, other, "-> a hit against a tie: the observed best at C_max is within noise"),
+             (last["config"], False, other, "-> hit, value error")]
+    for i, (predicted, tie, runner_up, words) in enumerate(cases):
+        last.update(tie=tie, runner_up=runner_up)
+        m.decision = {"C_max": float(BUDGET), "fit_window": BUDGET / 4, "predicted_config": predicted,
+                      "observed_config": last["config"], "hit": predicted == last["config"], "predicted_value": 0.7,
+                      "observed_value": 0.69, "abs_error": 0.01, "reason": None}
+        line = next(x for x in table_text(result, "mean@4").splitlines() if x.startswith("decision hold-out"))
+        assert words in line, line
+        write_outputs(result, tmp_path / str(i))
+        study = S.Study(str(i), json.loads((tmp_path / str(i) / "fits.json").read_text()))
+        outcome = S.holdout_outcome(study, "mean@4", study.data["metrics"]["mean@4"]["decision_holdout"])
+        assert outcome == A.holdout_outcome(m.rows, result.configs, m.decision)
+        assert A.holdout_words(outcome, m.decision["hit"]) in line

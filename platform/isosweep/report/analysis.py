@@ -474,6 +474,39 @@ def decision_holdout(pairs_by_config: dict[str, list[tuple[Curve, np.ndarray]]],
     return out
 
 
+def holdout_outcome(rows: list[dict], configs: dict[str, dict], d: dict) -> str:
+    """``hit``, ``miss``, or ``tie`` for a decision hold-out ``d`` against the frontier ``rows`` it was made for:
+    ``tie`` when the frontier at C_max cannot tell the predicted config from the observed best (a tie whose
+    winner or runner-up it is, or whose n* set holds its n at its Bp). A prediction of the observed best is a tie
+    too when that best ties with its runner-up: picking one of two configs the data cannot separate decides no more
+    than missing it by one."""
+    rows = [r for r in rows if r.get("config")]
+    if d["hit"]:
+        return "tie" if rows and rows[-1].get("tie") else "hit"
+    if not rows:
+        return "miss"
+    last, predicted = rows[-1], d["predicted_config"]
+    cfg = configs.get(predicted, {})
+    if predicted in (last["config"], last.get("runner_up")) and last.get("tie"):
+        return "tie"
+    if last.get("tie") and cfg.get("Bp") == last.get("Bp") and cfg.get("n") in last.get("n_range", []):
+        return "tie"
+    return "miss"
+
+
+HOLDOUT_WORDS = {"hit": "hit", "miss": "miss",
+                 "hit-tie": "a hit against a tie: the observed best at C_max is within noise of its runner-up, so it "
+                            "decides nothing",
+                 "miss-tie": "a miss against a tie: the predicted config is within noise of the observed best at "
+                             "C_max, so it decides nothing"}
+"""How a decision hold-out's outcome reads, in the frontier text and the study report."""
+
+
+def holdout_words(outcome: str, hit: bool) -> str:
+    """The words for a hold-out's ``outcome`` (:func:`holdout_outcome`); ``hit``: its pick was the observed best."""
+    return HOLDOUT_WORDS[outcome if outcome != "tie" else ("hit-tie" if hit else "miss-tie")]
+
+
 def analyse(curves: list[Curve], *, title: str, study: str, budget: int, primary: str, points: int = 8,
             bootstrap: int = 200, seed: int = 0, difficulty: str = "") -> Analysis:
     """Fit every config on every metric the curves carry, build each frontier with its bootstrap statistics."""
@@ -623,7 +656,7 @@ def table_text(analysis: Analysis, metric: str | None = None) -> str:
     if d.get("predicted_config"):
         lines.append(f"decision hold-out: fitted on C <= {d['fit_window']:,.0f}, the predicted best at C_max = "
                      f"{d['C_max']:,.0f} is {d['predicted_config']} ({fmt(d['predicted_value'])}); observed best "
-                     f"{d['observed_config']} -> {'hit' if d['hit'] else 'miss'}"
+                     f"{d['observed_config']} -> {holdout_words(holdout_outcome(m.rows, analysis.configs, d), d['hit'])}"
                      + (f", value error {fmt(d['abs_error'])}" if d["abs_error"] is not None else ""))
     elif d:
         lines.append(f"decision hold-out: not possible ({d['reason']})")

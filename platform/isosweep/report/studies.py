@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from isosweep.report import analysis as A
 from isosweep.report import planner as P
 from isosweep.report.analysis import n_tied
 from isosweep.report.tables import fmt
@@ -372,22 +373,8 @@ def ais_claim(dashboards: Path) -> Claim:
 
 
 def holdout_outcome(study: Study, metric: str, d: dict) -> str:
-    """``hit``, ``miss``, or ``tie``: the frontier at C_max cannot tell the predicted config from the observed best
-    (a tie whose winner or runner-up it is, or whose n* set holds its n at its Bp). A prediction of the observed
-    best is a tie too when that best ties with its runner-up: picking one of two configs the data cannot separate
-    decides no more than missing it by one."""
-    rows = [r for r in study.data["metrics"][metric].get("frontier", []) if r.get("config")]
-    if d["hit"]:
-        return "tie" if rows and rows[-1].get("tie") else "hit"
-    if not rows:
-        return "miss"
-    last, predicted = rows[-1], d["predicted_config"]
-    cfg = study.data["configs"].get(predicted, {})
-    if predicted in (last["config"], last.get("runner_up")) and last.get("tie"):
-        return "tie"
-    if last.get("tie") and cfg.get("Bp") == last.get("Bp") and cfg.get("n") in last.get("n_range", []):
-        return "tie"
-    return "miss"
+    """``hit``, ``miss`` or ``tie`` for a study's decision hold-out (:func:`isosweep.report.analysis.holdout_outcome`)."""
+    return A.holdout_outcome(study.data["metrics"][metric].get("frontier", []), study.data["configs"], d)
 
 
 def same_prediction(study: Study, metric: str, d: dict) -> str:
@@ -422,11 +409,7 @@ def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
                 same.append((study.folder, outcome == "hit"))
             claim.evidence.append(f"{study.label()}, {name}: predicted {d['predicted_config']} "
                                   f"({fmt(d['predicted_value'])}), observed best {d['observed_config']} -> "
-                                  + ("hit" if outcome == "hit" else "miss" if outcome == "miss" else
-                                     "a hit against a tie: the observed best at C_max is within noise of its "
-                                     "runner-up, so it decides nothing" if d["hit"] else
-                                     "a miss against a tie: the predicted config is within noise of the observed "
-                                     "best at C_max, so it decides nothing")
+                                  + A.holdout_words(outcome, d["hit"])
                                   + f", value error {fmt(d['abs_error'])}{repeat}")
         else:
             claim.evidence.append(f"{study.label()}, {name}: no hold-out ({d.get('reason', 'no data')})")
