@@ -654,9 +654,10 @@ def table_text(analysis: Analysis, metric: str | None = None) -> str:
                      "value is a lower bound of a curve still rising, not a measured plateau")
     d = m.decision
     if d.get("predicted_config"):
+        outcome = holdout_words(holdout_outcome(m.rows, analysis.configs, d), d["hit"])
         lines.append(f"decision hold-out: fitted on C <= {d['fit_window']:,.0f}, the predicted best at C_max = "
                      f"{d['C_max']:,.0f} is {d['predicted_config']} ({fmt(d['predicted_value'])}); observed best "
-                     f"{d['observed_config']} -> {holdout_words(holdout_outcome(m.rows, analysis.configs, d), d['hit'])}"
+                     f"{d['observed_config']} -> {outcome}"
                      + (f", value error {fmt(d['abs_error'])}" if d["abs_error"] is not None else ""))
     elif d:
         lines.append(f"decision hold-out: not possible ({d['reason']})")

@@ -29,7 +29,6 @@ from pathlib import Path
 
 from isosweep.report import analysis as A
 from isosweep.report import planner as P
-from isosweep.report.analysis import n_tied
 from isosweep.report.tables import fmt
 from isosweep.track.curves import SweepData
 
@@ -140,7 +139,7 @@ def _winners(rows: list[dict]) -> list[dict]:
 
 def _n_star_cell(row: dict) -> str:
     """One frontier row as the n* claim reads it: the tie, or n* with its P(best) and 90% set."""
-    if n_tied(row):
+    if A.n_tied(row):
         return f"tie {row['config']} ~ {row['runner_up']}" + (f" (n* 90% set {row['n_range']})"
                                                               if len(row.get("n_range") or []) > 1 else "")
     configs = f"; configs tie {row['config']} ~ {row['runner_up']}" if row.get("tie") else ""
@@ -164,7 +163,7 @@ def n_star_claim(studies: list[Study]) -> Claim:
         if len(grid_n) < 2:
             claim.evidence.append(f"{study.label()}: one n studied, so it ranks no n (not counted)")
             continue
-        untied = [r for r in rows if not n_tied(r) and r["n"] not in (grid_n[0], grid_n[-1])]
+        untied = [r for r in rows if not A.n_tied(r) and r["n"] not in (grid_n[0], grid_n[-1])]
         cells = ", ".join(f"C {r['C']:,.0f}: " + _n_star_cell(r) for r in rows)
         claim.evidence.append(f"{study.label()}, {name}: {cells}. Verdict of the analysis: {m['verdict']}")
         grows = any(b["n"] > a["n"] for i, a in enumerate(untied) for b in untied[i + 1:])
