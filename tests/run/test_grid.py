@@ -137,7 +137,7 @@ def test_make_sweep_smoke_prints_the_frontier_and_fills_mlflow(mlflow_server, tm
 
 def test_an_interrupted_or_killed_sweep_resumes_without_repeating_work(mlflow_server, tmp_path):
     uri, mlflow_env = mlflow_server
-    budget = 8000
+    budget = 4000  # evaluations at 0, 400, 713, 1,265, 2,250 and 4,000 rollouts: killed after the 2nd, then the 4th
     sweep = load_sweep(SMOKE, budget=budget)
     runs_dir = tmp_path / "runs"
     command = [ISOSWEEP, "sweep", str(SMOKE), "--budget", str(budget), "--runs", str(runs_dir), "--no-dashboards",
