@@ -218,7 +218,18 @@ def test_a_holdout_against_a_tie_decides_nothing_whether_it_hits_or_misses():
     ties = [study("n8-Bp16", tie) for _ in range(3)]
     assert S.holdout_claim(ties, Path("/nonexistent")).verdict == S.UNRESOLVED
     misses = [study("n16-Bp32", tie) for _ in range(3)]
-    assert S.holdout_claim(misses, Path("/nonexistent")).verdict == S.CONTRADICTED
+    contradicted = S.holdout_claim(misses, Path("/nonexistent"))
+    assert contradicted.verdict == S.CONTRADICTED and not contradicted.needs
+    assert contradicted.evidence[-1] == ("hold-outs that decide, by set (a pick made from the same runs counted once): "
+                                         "easy 3 (0 hit)")
+    # the verdict stands, and says that it rests on one set when every hold-out on the other was a tie
+    hard_ties = [study("n8-Bp16", tie) for _ in range(2)]
+    for s in hard_ties:
+        s.data["difficulty"] = "hard"
+    one_set = S.holdout_claim([*misses, *hard_ties], Path("/nonexistent"))
+    assert one_set.verdict == S.CONTRADICTED
+    assert one_set.evidence[-1].endswith("easy 3 (0 hit); hard none (2 hold-outs, every one a tie)")
+    assert one_set.needs.startswith("for the verdict to hold on every set: hold-outs that decide on the hard set too")
     mixed = S.holdout_claim([study("n4-Bp16", clear), *misses[:2]], Path("/nonexistent"))  # 1 hit in 3
     assert mixed.verdict == S.UNRESOLVED and mixed.needs.startswith("1 of 3 real decision hold-outs that decide hit")
     two = S.holdout_claim(misses[:2], Path("/nonexistent"))  # too few that decide for a verdict

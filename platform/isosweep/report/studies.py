@@ -24,6 +24,7 @@ import html
 import json
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -392,6 +393,8 @@ def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
                   "decision hold-out: every config fitted on C <= C_max/4, the predicted winner and its value at C_max "
                   "against what was observed; on the real studies and on synthetic sweeps with a known truth")
     decided: dict[str, list[tuple[str, bool]]] = {}  # one prediction -> (folder, hit) of each study that made it
+    set_of: dict[str, str] = {}  # one prediction -> the set of problems it was made on
+    tried_on: Counter[str] = Counter()  # hold-outs per set, ties included
     tried = 0
     for study in (s for s in studies if s.current):
         name = study.data["primary"]
@@ -399,9 +402,12 @@ def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
         if d.get("predicted_config"):
             outcome = holdout_outcome(study, name, d)
             tried += 1
+            tried_on[study.difficulty] += 1
             repeat = ""
             if outcome != "tie":
-                same = decided.setdefault(same_prediction(study, name, d), [])
+                key = same_prediction(study, name, d)
+                set_of[key] = study.difficulty
+                same = decided.setdefault(key, [])
                 if same:
                     repeat = (f"; the same prediction as `{same[0][0]}`'s (its {d['predicted_config']} trials are the "
                               "same runs, fitted on the same data), counted once")
@@ -421,6 +427,15 @@ def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
                                   f"decision hold-out hit rate {synthetic:.2f}, median value error "
                                   f"{fmt(v.get('decision_holdout_value_error_median_abs'))}")
     hits = [all(hit for _, hit in same) for same in decided.values()]
+    per_set: dict[str, list[bool]] = {}
+    for key, same in decided.items():
+        per_set.setdefault(set_of[key], []).append(all(hit for _, hit in same))
+    tied_sets = sorted(set(tried_on) - set(per_set))
+    if per_set:
+        claim.evidence.append("hold-outs that decide, by set (a pick made from the same runs counted once): "
+                              + "; ".join(f"{s} {len(v)} ({sum(v)} hit)" for s, v in sorted(per_set.items()))
+                              + "".join(f"; {s} none ({tried_on[s]} hold-out{'s' * (tried_on[s] > 1)}, every one "
+                                        "a tie)" for s in tied_sets))
     if not hits and tried:
         claim.verdict = UNRESOLVED
         claim.needs = "hold-outs against untied winners: studies whose curves bend within their budget, more seeds"
@@ -430,6 +445,10 @@ def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
     elif len(hits) >= 3:
         rate = sum(hits) / len(hits)
         claim.verdict = SUPPORTED if rate >= 0.75 else CONTRADICTED if rate <= 0.25 else UNRESOLVED
+        if claim.verdict != UNRESOLVED and tied_sets:
+            claim.needs = (f"for the verdict to hold on every set: hold-outs that decide on the {', '.join(tied_sets)} "
+                           f"set{'s' * (len(tied_sets) > 1)} too (there the picked and the observed winner tied at "
+                           "C_max: studies that separate the configs, or more seeds)")
         if claim.verdict == UNRESOLVED:
             claim.needs = (f"{sum(hits)} of {len(hits)} real decision hold-outs that decide hit (rate {rate:.2f}), "
                            "between the rates that would decide (0.75 or more: supported; 0.25 or less: "
