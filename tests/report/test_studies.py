@@ -230,6 +230,10 @@ def test_a_holdout_against_a_tie_decides_nothing_whether_it_hits_or_misses():
     assert one_set.verdict == S.CONTRADICTED
     assert one_set.evidence[-1].endswith("easy 3 (0 hit); hard none (2 hold-outs, every one a tie)")
     assert one_set.needs.startswith("for the verdict to hold on every set: hold-outs that decide on the hard set too")
+    # and the report's planning section, whose picks beyond the data are such fits, says so
+    intro = S.planning_section(Path("/nonexistent"), holdouts=one_set)[3]
+    assert intro.endswith('the claim "the fitted curves predict 4x beyond their data" above: **contradicted** '
+                          "(hold-outs that decide: easy 3 (0 hit); hard none (2 hold-outs, every one a tie)).")
     mixed = S.holdout_claim([study("n4-Bp16", clear), *misses[:2]], Path("/nonexistent"))  # 1 hit in 3
     assert mixed.verdict == S.UNRESOLVED and mixed.needs.startswith("1 of 3 real decision hold-outs that decide hit")
     two = S.holdout_claim(misses[:2], Path("/nonexistent"))  # too few that decide for a verdict
