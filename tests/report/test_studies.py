@@ -230,6 +230,13 @@ def test_a_holdout_against_a_tie_decides_nothing_whether_it_hits_or_misses():
     assert one_set.verdict == S.CONTRADICTED
     assert one_set.evidence[-1].endswith("easy 3 (0 hit); hard none (2 hold-outs, every one a tie)")
     assert one_set.needs.startswith("for the verdict to hold on every set: hold-outs that decide on the hard set too")
+    # three misses on one set and a hit on the other: the pooled verdict stands (1 of 4), and says the sets disagree
+    hard_hit = study("n4-Bp16", clear)
+    hard_hit.data["difficulty"] = "hard"
+    split = S.holdout_claim([*misses, hard_hit], Path("/nonexistent"))
+    assert split.verdict == S.CONTRADICTED
+    assert split.needs.startswith("the sets disagree (easy 0 of 3 hit; hard 1 of 1 hit) and the verdict pools them: "
+                                  "more hold-outs that decide on the hard set")
     # and the report's planning section, whose picks beyond the data are such fits, says so
     intro = S.planning_section(Path("/nonexistent"), holdouts=one_set)[3]
     assert intro.endswith('the claim "the fitted curves predict 4x beyond their data" above: **contradicted** '

@@ -448,7 +448,15 @@ def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
     elif len(hits) >= 3:
         rate = sum(hits) / len(hits)
         claim.verdict = SUPPORTED if rate >= 0.75 else CONTRADICTED if rate <= 0.25 else UNRESOLVED
-        if claim.verdict != UNRESOLVED and tied_sets:
+        against = [s for s, v in sorted(per_set.items())
+                   if (claim.verdict == CONTRADICTED and sum(v) / len(v) > 0.25)
+                   or (claim.verdict == SUPPORTED and sum(v) / len(v) < 0.75)]
+        if against:
+            rates = "; ".join(f"{s} {sum(v)} of {len(v)} hit" for s, v in sorted(per_set.items()))
+            claim.needs = (f"the sets disagree ({rates}) and the verdict pools them: more hold-outs that decide on the "
+                           f"{', '.join(against)} "
+                           f"set{'s' * (len(against) > 1)} would tell whether the fits do better there")
+        elif claim.verdict != UNRESOLVED and tied_sets:
             claim.needs = (f"for the verdict to hold on every set: hold-outs that decide on the {', '.join(tied_sets)} "
                            f"set{'s' * (len(tied_sets) > 1)} too (there the picked and the observed winner tied at "
                            "C_max: studies that separate the configs, or more seeds)")
