@@ -398,13 +398,11 @@ def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
     decided: dict[str, list[tuple[str, bool]]] = {}  # one prediction -> (folder, hit) of each study that made it
     set_of: dict[str, str] = {}  # one prediction -> the set of problems it was made on
     tried_on: Counter[str] = Counter()  # hold-outs per set, ties included
-    tried = 0
     for study in (s for s in studies if s.current):
         name = study.data["primary"]
         d = study.data["metrics"][name].get("decision_holdout") or {}
         if d.get("predicted_config"):
             outcome = holdout_outcome(study, name, d)
-            tried += 1
             tried_on[study.difficulty] += 1
             repeat = ""
             if outcome != "tie":
@@ -429,17 +427,17 @@ def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
             claim.evidence.append(f"synthetic sweeps (`methods/`, {v.get('decision_holdout_possible', '?')} hold-outs): "
                                   f"decision hold-out hit rate {synthetic:.2f}, median value error "
                                   f"{fmt(v.get('decision_holdout_value_error_median_abs'))}")
-    hits = [all(hit for _, hit in same) for same in decided.values()]
-    per_set: dict[str, list[bool]] = {}
+    per_set: dict[str, list[bool]] = {}  # set -> whether each prediction that decided hit
     for key, same in decided.items():
         per_set.setdefault(set_of[key], []).append(all(hit for _, hit in same))
+    hits = [hit for on_set in per_set.values() for hit in on_set]
     tied_sets = sorted(set(tried_on) - set(per_set))
     if per_set:
         claim.evidence.append(HOLDOUTS_BY_SET
                               + "; ".join(f"{s} {len(v)} ({sum(v)} hit)" for s, v in sorted(per_set.items()))
                               + "".join(f"; {s} none ({tried_on[s]} hold-out{'s' * (tried_on[s] > 1)}, every one "
                                         "a tie)" for s in tied_sets))
-    if not hits and tried:
+    if not hits and tried_on:
         claim.verdict = UNRESOLVED
         claim.needs = "hold-outs against untied winners: studies whose curves bend within their budget, more seeds"
     elif not hits:
