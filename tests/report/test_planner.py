@@ -214,6 +214,15 @@ def test_allocations_that_do_not_reach_c_are_named_not_silently_dropped():
     grid = sweep({"n4-Bp16": TRUTH["n4-Bp16"], "n16-Bp16": TRUTH["n16-Bp16"]}, seed=15, budget=shorter, name="grid")
     check = P.leave_one_budget_out([grid, lone], bootstrap=5)
     assert check["C_max"] == shorter and set(check["observed"]) == {"n4-Bp16", "n8-Bp16", "n16-Bp16"}
+    # the check scores its pick against what was run at C_max: an allocation that stops short of C_max (here one
+    # better than the others at every C, whose fit from a quarter of the data would win) is no candidate there
+    best = dict(TRUTH["n4-Bp16"], A=0.8)
+    short = sweep({"n4-Bp16": best}, seed=16, budget=BUDGET // 2, name="short")
+    long = sweep({"n8-Bp16": TRUTH["n8-Bp16"], "n16-Bp16": TRUTH["n16-Bp16"]}, seed=17, name="long")
+    check = P.leave_one_budget_out([short, long], bootstrap=5)
+    assert check["C_max"] == BUDGET and check["candidates"] == ["n16-Bp16", "n8-Bp16"]
+    assert check["recommended"] in check["candidates"] and check["covered"] is not None
+    assert not math.isnan(check["observed_recommended"])
 
 
 def test_an_allocation_without_a_fit_is_named():

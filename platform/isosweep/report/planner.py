@@ -724,11 +724,15 @@ def leave_one_budget_out(sweeps: list[SweepData], metric: str = "mean", *, fract
     with what was observed at C_max: the recommendation, its interval, the observed best, and whether the
     recommended allocation's observed value is within its interval and within noise of the observed best.
     C_max is the largest budget at which at least two allocations were observed (a single long run beside
-    shorter grids leaves nothing to pick between at its own budget)."""
+    shorter grids leaves nothing to pick between at its own budget). The planner picks among the allocations
+    observed at C_max (``candidates``): a pick that was never run there could not be scored."""
     name = metric_name([c for d in sweeps for c in d.curves], metric)
     budgets = sorted({d.budget for d in sweeps}, reverse=True)
     c_max = next((b for b in budgets if len(observed_at(sweeps, name, b)) >= 2), budgets[0])
-    planner = Planner(truncate(sweeps, fraction * c_max), metric, bootstrap=bootstrap)
+    ran = set(observed_at(sweeps, name, c_max))
+    runs = [SweepData(d.sweep_id, d.budget, d.trial_params, d.sweep_params, [c for c in d.curves if c.config in ran])
+            for d in sweeps]
+    planner = Planner(truncate([d for d in runs if d.curves], fraction * c_max), metric, bootstrap=bootstrap)
     rec = planner.at(c_max)
     seen = observed_at(sweeps, planner.metric, c_max)
     best = max(seen, key=seen.get) if seen else None
@@ -739,4 +743,4 @@ def leave_one_budget_out(sweeps: list[SweepData], metric: str = "mean", *, fract
             "hit": rec.config == best, "covered": bool(rec.low <= got <= rec.high) if not math.isnan(got) else None,
             "shortfall": (seen[best] - got) if best and not math.isnan(got) else math.nan,
             "within_noise": [c["config"] for c in rec.contenders if c["within_noise"]], "warnings": rec.warnings,
-            "observed": seen}
+            "observed": seen, "candidates": sorted(ran)}

@@ -548,8 +548,9 @@ def planning_section(dashboards: Path, bootstrap: int = 100, holdouts: Claim | N
             continue
         full = planner.at(check["C_max"])
         tied = [c["config"] for c in full.contenders if c["within_noise"]]
-        lines += ["", f"Leave-one-budget-out: from the data at C <= {check['from_C']:,.0f} only, the planner picks "
-                      f"{check['recommended']} at C = {check['C_max']:,} (predicted {fmt(check['predicted'])} "
+        lines += ["", f"Leave-one-budget-out: from the data at C <= {check['from_C']:,.0f} only, the planner picks, "
+                      f"among the {len(check['candidates'])} allocations run to C = {check['C_max']:,}, "
+                      f"{check['recommended']} (predicted {fmt(check['predicted'])} "
                       f"[{fmt(check['low'])}, {fmt(check['high'])}], P(best) {check['p_best']:.2f}); observed there: "
                       f"{fmt(check['observed_recommended'])} (inside its interval: "
                       f"{'yes' if check['covered'] else 'no'}), the observed best {check['observed_best']} "
