@@ -131,6 +131,9 @@ def test_fixed_batch_evidence_names_the_n_star_sets_and_whether_the_curves_have_
     assert "1 of 2 mean@4 fits not identified" in claim.evidence[0]
     assert "not past their bend (n2-Bp16); the other one has bent" in claim.evidence[0]
     assert "C_mid up to 150,000" in claim.needs and "`f`" in claim.needs
+    assert "1 of 2 had not (n2-Bp16)" in claim.needs and "they had not" not in claim.needs
+    rising.data["metrics"]["mean@4"]["fits"]["n4-Bp16"]["not_identified"] = ["plateau A on its bound 1"]
+    assert "`f`, they had not: fitted C_mid up to 150,000" in S.fixed_batch_claim([rising]).needs
     bent = _study("g", [_row(1e3, 2), _row(1e5, 16)], study="fixed-batch")
     bent.data["metrics"]["mean@4"]["fits"] = {"n2-Bp16": {"params": {"C_mid": 9_000.0}, "not_identified": []}}
     claim = S.fixed_batch_claim([bent])

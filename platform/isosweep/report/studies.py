@@ -254,7 +254,7 @@ def fixed_batch_claim(studies: list[Study]) -> Claim:
             rest = len(fits) - len(unbent)
             bend += f" ({', '.join(rising_configs)}); " + ("the other one has bent" if rest == 1 else f"the other {rest} have bent")
         if unbent:
-            rising.append((study, unbent[-1]))
+            rising.append((study, unbent[-1], rising_configs, len(fits)))
         claim.evidence.append(f"{study.label()}, {name}: {cells}{bend}")
         if first["tie"] or last["tie"]:
             verdicts.append(UNRESOLVED)
@@ -270,9 +270,13 @@ def fixed_batch_claim(studies: list[Study]) -> Claim:
     claim.verdict = combine(verdicts)
     if claim.verdict != SUPPORTED:
         largest = max(rising, key=lambda sr: sr[0].data["budget"], default=None)
+        if largest:
+            study, c_mid, configs, fitted = largest
+            which = ("they had not" if len(configs) == fitted else
+                     f"{len(configs)} of {fitted} had not ({', '.join(configs)})")
         claim.needs = ("a fixed-batch study with >= 2 seeds at a budget where the primary metric's curves have bent"
-                       + (f" (at C = {largest[0].data['budget']:,}, `{largest[0].folder}`, they had not: fitted C_mid up to "
-                          f"{largest[1]:,.0f})" if largest else "")
+                       + (f" (at C = {study.data['budget']:,}, `{study.folder}`, {which}: fitted C_mid up to "
+                          f"{c_mid:,.0f})" if largest else "")
                        + ", and untied winners at both ends of the table (more seeds or eval problems where the leaders "
                          "tie)")
     return claim
