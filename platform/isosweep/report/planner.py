@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -729,12 +729,10 @@ def leave_one_budget_out(sweeps: list[SweepData], metric: str = "mean", *, fract
     name = metric_name([c for d in sweeps for c in d.curves], metric)
     budgets = sorted({d.budget for d in sweeps}, reverse=True)
     c_max = next((b for b in budgets if len(observed_at(sweeps, name, b)) >= 2), budgets[0])
-    ran = set(observed_at(sweeps, name, c_max))
-    runs = [SweepData(d.sweep_id, d.budget, d.trial_params, d.sweep_params, [c for c in d.curves if c.config in ran])
-            for d in sweeps]
+    seen = observed_at(sweeps, name, c_max)
+    runs = [replace(d, curves=[c for c in d.curves if c.config in seen]) for d in sweeps]
     planner = Planner(truncate([d for d in runs if d.curves], fraction * c_max), metric, bootstrap=bootstrap)
     rec = planner.at(c_max)
-    seen = observed_at(sweeps, planner.metric, c_max)
     best = max(seen, key=seen.get) if seen else None
     got = seen.get(rec.config, math.nan)
     return {"C_max": c_max, "from_C": fraction * c_max, "recommended": rec.config, "predicted": rec.value,
@@ -743,4 +741,4 @@ def leave_one_budget_out(sweeps: list[SweepData], metric: str = "mean", *, fract
             "hit": rec.config == best, "covered": bool(rec.low <= got <= rec.high) if not math.isnan(got) else None,
             "shortfall": (seen[best] - got) if best and not math.isnan(got) else math.nan,
             "within_noise": [c["config"] for c in rec.contenders if c["within_noise"]], "warnings": rec.warnings,
-            "observed": seen, "candidates": sorted(ran)}
+            "observed": seen, "candidates": sorted(seen)}

@@ -269,14 +269,13 @@ def fixed_batch_claim(studies: list[Study]) -> Claim:
             verdicts.append(CONTRADICTED)
     claim.verdict = combine(verdicts)
     if claim.verdict != SUPPORTED:
-        largest = max(rising, key=lambda sr: sr[0].data["budget"], default=None)
-        if largest:
-            study, c_mid, configs, fitted = largest
-            which = ("they had not" if len(configs) == fitted else
-                     f"{len(configs)} of {fitted} had not ({', '.join(configs)})")
+        where = ""
+        if rising:
+            last, c_mid, configs, fitted = max(rising, key=lambda r: r[0].data["budget"])
+            which = "they had not" if len(configs) == fitted else f"{len(configs)} of {fitted} had not ({', '.join(configs)})"
+            where = f" (at C = {last.data['budget']:,}, `{last.folder}`, {which}: fitted C_mid up to {c_mid:,.0f})"
         claim.needs = ("a fixed-batch study with >= 2 seeds at a budget where the primary metric's curves have bent"
-                       + (f" (at C = {study.data['budget']:,}, `{study.folder}`, {which}: fitted C_mid up to "
-                          f"{c_mid:,.0f})" if largest else "")
+                       + where
                        + ", and untied winners at both ends of the table (more seeds or eval problems where the leaders "
                          "tie)")
     return claim
