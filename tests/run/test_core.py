@@ -66,6 +66,29 @@ def test_grid_progress_counts_finished_trials_and_estimates_only_once_settled(tm
     assert progress.status(running=0, failed=0, elapsed_s=20).startswith("[sweep] 2/2 trials done")
 
 
+def test_grid_progress_counts_a_running_trials_steps_between_its_evaluations(tmp_path):
+    """Evaluations are log-spaced, so a trial's last interval is half its rollouts: between two Tune results the
+    line reads how far each unfinished trial has trained from its ``steps.jsonl``."""
+    sweep = load_sweep(SMOKE, 2000)
+    first, second = sweep.trials
+    running = trial_of(tmp_path, second.key)
+    running.path.mkdir(parents=True)
+    running.append_record({"step": 0, "rollouts": 0, sweep.metric: 0.4})
+    progress = GridProgress(sweep, tmp_path)
+    total = f"/{sum(progress.total.values()):,} rollouts"
+    assert f"| 0{total}" in progress.status(running=2, failed=0, elapsed_s=5)
+    batch = second.cfg.Bp * second.cfg.n
+    for step in (1, 2, 3):
+        running.append_step({"step": step, "rollouts": step * batch})
+    assert f"| {3 * batch:,}{total}" in progress.status(running=2, failed=0, elapsed_s=10)
+    progress.result(second.key, {"rollouts": 2 * batch, sweep.metric: 0.5})  # an older report does not set it back
+    assert f"| {3 * batch:,}{total}" in progress.status(running=2, failed=0, elapsed_s=15)
+    progress.complete(second.key)
+    assert f"| {progress.total[second.key]:,}{total}" in progress.status(running=1, failed=0, elapsed_s=20)
+    # a driver started again (a resume) starts from where the files are, so its rate counts only new work
+    assert GridProgress(sweep, tmp_path).at_start == 3 * batch
+
+
 def _hold_lock(folder: Path) -> subprocess.Popen:
     """Another driver: a process that takes the study's lock and waits."""
     code = (f"import sys, time; from pathlib import Path; from isosweep.run.lock import lock_study; "

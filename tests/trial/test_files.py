@@ -88,6 +88,20 @@ def test_a_torn_last_line_is_dropped_and_truncation_heals_the_file(tmp_path, nam
     assert (tmp_path / name).read_text().endswith("}\n")
 
 
+@pytest.mark.parametrize("tail_bytes", [200, 1000, 16384])  # lines of 40-90 bytes
+def test_the_last_steps_rollouts_read_from_the_tail_agree_with_reading_the_whole_file(tmp_path, tail_bytes):
+    trial = TrialDir(tmp_path)
+    assert trial.last_step_rollouts(tail_bytes) == 0  # no file yet
+    for step in range(1, 301):  # lines of uneven length, so that the tail starts at every kind of place
+        trial.append_step({"step": step, "rollouts": step * 96, "pad": "x" * (step % 37)})
+        if step % 23 == 0 or step < 5:
+            assert trial.last_step_rollouts(tail_bytes) == trial.steps()[-1]["rollouts"], step
+    whole = (tmp_path / STEPS_FILE).read_text()
+    (tmp_path / STEPS_FILE).write_text(whole + '{"step": 301, "roll')  # an append cut short: the line before counts
+    assert trial.last_step_rollouts(tail_bytes) == trial.steps()[-1]["rollouts"] == 300 * 96
+    assert trial.last_step_rollouts(16) == 0  # a tail shorter than a line holds no whole line: nothing newer
+
+
 def test_a_damaged_line_in_the_middle_names_the_file_and_the_line(tmp_path):
     trial = TrialDir(tmp_path)
     for step in (0, 4, 8):

@@ -49,10 +49,11 @@ class GridProgress:
         self.rollouts: dict[str, int] = {}
         self.best: tuple[str | None, float] = (None, -math.inf)
         self.done: set[str] = set()
+        self.trials = {p.key: trial_of(sweep_out, p.key) for p in sweep.trials}
         for point in sweep.trials:
-            trial = trial_of(sweep_out, point.key)
+            trial = self.trials[point.key]
             records = trial.records()
-            self.rollouts[point.key] = records[-1]["rollouts"] if records else 0
+            self.rollouts[point.key] = max(records[-1]["rollouts"] if records else 0, trial.last_step_rollouts())
             for r in records:
                 self._beat(point.key, r)
             if is_finished(trial, point.cfg):
@@ -73,7 +74,16 @@ class GridProgress:
         self.rollouts[key] = self.total[key]
         return f"[sweep] trial {key} finished"
 
+    def _read_steps(self) -> None:
+        """Trials report to Tune only at their evaluations, which are log-spaced: the last interval is half a
+        trial. Between them a running trial's own ``steps.jsonl`` says how far it is (where the driver can read
+        the trial folders: always on one machine, on a cluster when the runs folder is shared)."""
+        for key, trial in self.trials.items():
+            if key not in self.done:
+                self.rollouts[key] = max(self.rollouts[key], min(trial.last_step_rollouts(), self.total[key]))
+
     def status(self, running: int, failed: int, elapsed_s: float) -> str:
+        self._read_steps()
         total = sum(self.total.values())
         done_rollouts = sum(self.rollouts.values())
         rate = (done_rollouts - self.at_start) / elapsed_s if elapsed_s > 0 else 0

@@ -189,6 +189,24 @@ class TrialDir:
         """The per-step statistics of ``steps.jsonl`` (empty if none)."""
         return read_jsonl(self.path / STEPS_FILE)
 
+    def last_step_rollouts(self, tail_bytes: int = 16384) -> int:
+        """The ``rollouts`` of the last whole line of ``steps.jsonl`` (0 if none): how far a running trial has
+        trained since its last evaluation, read from the end of the file only (a long trial's file is megabytes).
+        A line cut short by a crash, or a tail without one whole line, counts as nothing newer."""
+        try:
+            with open(self.path / STEPS_FILE, "rb") as f:
+                start = max(0, f.seek(0, os.SEEK_END) - tail_bytes)
+                f.seek(start)
+                lines = f.read().split(b"\n")
+        except OSError:
+            return 0
+        for line in reversed(lines[1:] if start else lines):  # a read that starts mid-file starts mid-line
+            try:
+                return int(json.loads(line)["rollouts"])
+            except (ValueError, KeyError, TypeError):
+                continue
+        return 0
+
     def append_record(self, record: dict) -> None:
         self._append(METRICS_FILE, record)
 
