@@ -172,7 +172,8 @@ def _frontier(args: argparse.Namespace) -> None:
     from isosweep.run.grid import frontier_report  # Ray, MLflow
 
     uri = server.ensure_server()
-    frontier_report(uri, args.sweep_id, args.out, dashboards=args.dashboards, prefix=True, runs_root=args.runs)
+    frontier_report(uri, args.sweep_id, args.out, dashboards=args.dashboards, prefix=True, runs_root=args.runs,
+                    guard_dashboards=True)
 
 
 def _submit(args: argparse.Namespace) -> None:
@@ -354,7 +355,9 @@ def main(argv: list[str] | None = None) -> int:
     front.add_argument("sweep_id", help="the sweep id (or its start, for the newest matching sweep), e.g. isocompute-easy-100k")
     front.add_argument("--runs", default="runs/sweeps", help="the output goes to RUNS/<sweep-id>/frontier unless --out")
     front.add_argument("--out", default=None, help="output folder for the table, fits and plots")
-    front.add_argument("--dashboards", default=None, help="also write the report here")
+    front.add_argument("--dashboards", default=None,
+                       help="also write the report into this folder, the sweep's own (e.g. dashboards/<study>); a "
+                            "folder holding the study report, other studies or another sweep's report is refused")
     front.set_defaults(run=_frontier)
 
     rec = commands.add_parser("recommend", help="which (Bp, n, M) to run at budget C, from the finished sweeps, "

@@ -89,6 +89,38 @@ def test_grid_progress_counts_a_running_trials_steps_between_its_evaluations(tmp
     assert GridProgress(sweep, tmp_path).at_start == 3 * batch
 
 
+def test_a_report_folder_that_holds_other_reports_is_refused_before_anything_is_written(tmp_path):
+    """`isosweep frontier --dashboards DIR` writes into DIR itself (`isosweep sweep --dashboards` into DIR/<name>): given
+    the dashboards root, it once overwrote the study report's report.html and left a sweep's files beside it."""
+    import json
+
+    from isosweep.run.grid import check_report_folder
+
+    root = tmp_path / "dashboards"
+    (root / "bend-easy").mkdir(parents=True)
+    (root / "bend-easy" / "fits.json").write_text(json.dumps({"title": "bend-easy-400k-abc"}))
+    (root / "REPORT.md").write_text("# What the studies found\n")
+    with pytest.raises(ConfigError, match=r"holds the study report and other studies' folders \(REPORT.md, bend-easy/\)"
+                                          r".* --dashboards .*dashboards/<study>"):
+        check_report_folder(root, "long-easy-bp64-800k-86f9e5")
+    (root / "REPORT.md").unlink()
+    with pytest.raises(ConfigError, match=r"other studies' folders \(bend-easy/\)"):
+        check_report_folder(root, "long-easy-bp64-800k-86f9e5")
+    with pytest.raises(ConfigError, match=r"holds the report of sweep bend-easy-400k-abc, which this sweep's report "
+                                          r"\(bend-easy-800k-def\) would overwrite"):
+        check_report_folder(root / "bend-easy", "bend-easy-800k-def")
+    check_report_folder(root / "bend-easy", "bend-easy-400k-abc")  # its own report again: redone in place
+    check_report_folder(root / "long-easy-bp64", "long-easy-bp64-800k-86f9e5")  # a new folder
+    pooled = root / "long-easy"
+    pooled.mkdir()
+    (pooled / "fits.json").write_text(json.dumps({"title": "long-easy-1600k-a", "pooled_from": ["long-easy-1600k-a",
+                                                                                                  "long-easy-seed1-b"]}))
+    with pytest.raises(ConfigError, match=r"the pooled analysis of long-easy-1600k-a, long-easy-seed1-b.*--refresh"):
+        check_report_folder(pooled, "long-easy-1600k-a")
+    assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*")) == [  # the checks wrote nothing
+        "bend-easy", "bend-easy/fits.json", "long-easy", "long-easy/fits.json"]
+
+
 def _hold_lock(folder: Path) -> subprocess.Popen:
     """Another driver: a process that takes the study's lock and waits."""
     code = (f"import sys, time; from pathlib import Path; from isosweep.run.lock import lock_study; "

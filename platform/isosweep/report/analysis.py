@@ -444,20 +444,44 @@ def allocation_verdict(rows: list[dict], grid_n: list[int]) -> tuple[float | Non
                   f"(saturation needs an untied interior n* over {SATURATION_SPAN:g}x): run to a larger budget")
 
 
+def config_holdout(pairs: list[tuple[Curve, np.ndarray]], base: float | None, c_max: float,
+                   fraction: float = 0.25) -> dict:
+    """One config's hold-out: the fit the frontier uses (each seed's running best, ``R0 = base``) on
+    ``C <= fraction * c_max`` only, its value at ``c_max`` (``predicted``) against the mean over seeds of the running
+    best there (``observed``, None when no seed reached ``c_max``); ``abs_error``, ``n_fit_points`` and ``reason``
+    (why there is no prediction, else None)."""
+    ends = [float(values.max()) for curve, values in pairs if reached(curve, c_max) >= c_max]
+    c, v = running_best_points(pairs)
+    window = c <= fraction * c_max
+    out = {"predicted": None, "observed": float(np.mean(ends)) if ends else None, "abs_error": None,
+           "n_fit_points": int(window.sum()), "reason": why_unfittable(c[window], v[window], base)}
+    fit = None if out["reason"] else fit_points(c[window], v[window], base)
+    if fit is None:
+        out["reason"] = out["reason"] or "the fit failed"
+        return out
+    out["predicted"] = float(fit.predict(c_max))
+    if out["observed"] is not None:
+        out["abs_error"] = abs(out["predicted"] - out["observed"])
+    return out
+
+
+def data_c_max(pairs_by_config: dict[str, list[tuple[Curve, np.ndarray]]]) -> float:
+    """The largest compute any trial's evaluations reach."""
+    return max(float(curve.compute.max()) for pairs in pairs_by_config.values() for curve, _ in pairs)
+
+
 def decision_holdout(pairs_by_config: dict[str, list[tuple[Curve, np.ndarray]]], base: float | None,
                      fraction: float = 0.25) -> dict:
-    """Fit every config on ``C <= fraction * C_max`` only, predict the winner and its value at ``C_max``,
-    and compare with what was observed there (mean over seeds of the running best)."""
-    c_max = max(float(curve.compute.max()) for pairs in pairs_by_config.values() for curve, _ in pairs)
+    """Fit every config on ``C <= fraction * C_max`` only (:func:`config_holdout`), predict the winner and its value
+    at ``C_max``, and compare with what was observed there (mean over seeds of the running best)."""
+    c_max = data_c_max(pairs_by_config)
     predicted, observed = {}, {}
     for key, pairs in pairs_by_config.items():
-        ends = [float(values.max()) for curve, values in pairs if reached(curve, c_max) >= c_max]
-        if ends:
-            observed[key] = float(np.mean(ends))
-        c, v = running_best_points(pairs)
-        window = c <= fraction * c_max
-        if why_unfittable(c[window], v[window], base) is None and (fit := fit_points(c[window], v[window], base)):
-            predicted[key] = float(fit.predict(c_max))
+        h = config_holdout(pairs, base, c_max, fraction)
+        if h["observed"] is not None:
+            observed[key] = h["observed"]
+        if h["predicted"] is not None:
+            predicted[key] = h["predicted"]
     out = {"C_max": c_max, "fit_window": fraction * c_max, "predicted_config": None, "observed_config": None,
            "hit": None, "predicted_value": None, "observed_value": None, "abs_error": None, "reason": None}
     if not predicted or not observed:
@@ -549,7 +573,7 @@ def analyse(curves: list[Curve], *, title: str, study: str, budget: int, primary
                 continue
             fits[key] = fit
             identified[key] = F.identification(fit, reach[key])
-            holdout[key] = F.holdout_check(c, v)
+            holdout[key] = config_holdout(pairs, base, data_c_max(groups))
         full = _predictions(fits, reach, keys, both)
         reps, boots = [], {key: [] for key in fits}
         for replicate in replicates:
@@ -682,7 +706,7 @@ def table_text(analysis: Analysis, metric: str | None = None) -> str:
     lines.append("")
     base = "R0 fixed to the base model's measured value" if m.base is not None else "R0 fitted (no evaluation at C = 0)"
     lines.append(f"fitted curves R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) on each seed's running best ({base}); "
-                 "hold-out: fit on C <= C_max/4, predict C_max")
+                 "hold-out: the same fit on C <= C_max/4 only, its value at C_max against the seeds' mean observed there")
     rows = []
     for key in analysis.configs:
         if key not in m.fits:

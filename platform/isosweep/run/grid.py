@@ -147,11 +147,37 @@ def _run_locked(sweep: Sweep, sweep_out: Path, uri: str, dashboards: str | Path 
     return analysis
 
 
+def check_report_folder(folder: Path, sweep_id: str) -> None:
+    """A :class:`ConfigError`, before anything is written, when ``folder`` (``isosweep frontier --dashboards``: the
+    sweep's own report folder, where ``isosweep sweep --dashboards`` names the folder above it) holds what the report
+    would overwrite: the study report and other studies' folders, or another sweep's or a pooled analysis."""
+    others = sorted(p.parent.name for p in folder.glob("*/fits.json"))
+    if (folder / "REPORT.md").exists() or others:
+        held = ", ".join(["REPORT.md"] * (folder / "REPORT.md").exists() + [f"{o}/" for o in others[:3]])
+        raise ConfigError(f"--dashboards {folder} holds the study report and other studies' folders ({held}"
+                          f"{', ...' if len(others) > 3 else ''}), which this sweep's report would overwrite: give the "
+                          f"sweep's own folder, e.g. --dashboards {folder}/<study>")
+    if (folder / "fits.json").exists():
+        held = json.loads((folder / "fits.json").read_text())
+        pooled = held.get("pooled_from", [])
+        if held.get("title") != sweep_id or len(pooled) > 1:
+            what = (f"the pooled analysis of {', '.join(pooled)}" if len(pooled) > 1
+                    else f"the report of sweep {held.get('title')}")
+            raise ConfigError(f"--dashboards {folder} holds {what}, which this sweep's report ({sweep_id}) would "
+                              "overwrite: give another folder" + (" (`isosweep report --refresh` redoes pooled "
+                                                                 "analyses)" if len(pooled) > 1 else ""))
+
+
 def frontier_report(uri: str, sweep_id: str, out: str | Path | None, dashboards: str | Path | None = None,
                     log: Callable[[str], None] = say, prefix: bool = False,
-                    runs_root: str | Path = "runs/sweeps", data: SweepData | None = None) -> Analysis:
+                    runs_root: str | Path = "runs/sweeps", data: SweepData | None = None,
+                    guard_dashboards: bool = False) -> Analysis:
     """The frontier analysis of a sweep from its MLflow runs alone: fit, print, write, log to the parent run,
     register the winners' checkpoints (:func:`isosweep.track.runs.register_frontier`).
+
+    ``guard_dashboards`` (``isosweep frontier``, where the folder is the user's to name): refuse a ``dashboards``
+    folder that holds what the report would overwrite (:func:`check_report_folder`). A sweep's own end writes to
+    ``<dashboards>/<sweep name>`` and replaces the report of an earlier budget there.
 
     ``sweep_id`` may be a prefix of the id (the newest matching sweep) with ``prefix=True``;
     ``out=None`` writes to ``runs_root/<sweep id>/frontier``.
@@ -165,6 +191,8 @@ def frontier_report(uri: str, sweep_id: str, out: str | Path | None, dashboards:
     if tags.get("isosweep.study") == "hpo":
         raise ConfigError(f"{sweep_id} is an HPO study, not a grid sweep: it has no frontier; its summary is the "
                           f"artifact hpo/trials.txt of parent run {parent.info.run_id} (and runs/sweeps/{sweep_id}/hpo/)")
+    if dashboards and guard_dashboards:
+        check_report_folder(Path(dashboards), sweep_id)
     out = Path(runs_root) / sweep_id / "frontier" if out is None else Path(out)
     metric = tags["isosweep.metric"]
     data = data or runs.read_sweep(client, parent)  # the caller may have read it already
