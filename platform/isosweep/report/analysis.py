@@ -561,7 +561,7 @@ def analyse(curves: list[Curve], *, title: str, study: str, budget: int, primary
     results = {}
     for metric in metric_names:
         groups = by_config(observed[metric])
-        base = base_value(observed[metric])
+        base, c_max = base_value(observed[metric]), data_c_max(groups)
         fits, unfitted, records, holdout, identified = {}, {}, {}, {}, {}
         for key, pairs in groups.items():
             c, v = running_best_points(pairs)
@@ -573,7 +573,7 @@ def analyse(curves: list[Curve], *, title: str, study: str, budget: int, primary
                 continue
             fits[key] = fit
             identified[key] = F.identification(fit, reach[key])
-            holdout[key] = config_holdout(pairs, base, data_c_max(groups))
+            holdout[key] = config_holdout(pairs, base, c_max)
         full = _predictions(fits, reach, keys, both)
         reps, boots = [], {key: [] for key in fits}
         for replicate in replicates:
