@@ -14,7 +14,7 @@ from isosweep.experiments.stats_validation import BUDGET, TRUTH, synthetic_sweep
 from isosweep.report import planner as P
 from isosweep.report import studies as S
 from isosweep.report.analysis import analyse, n_slope, write_outputs
-from isosweep.track.curves import SweepData
+from isosweep.track.curves import Curve, SweepData
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -194,7 +194,7 @@ def test_the_report_is_also_a_standalone_html_page(tmp_path):
     assert "<h1>What the studies found</h1>" in (tmp_path / "report.html").read_text()
 
 
-def test_a_holdout_against_a_tie_decides_nothing_whether_it_hits_or_misses():
+def test_a_holdout_against_a_tie_decides_nothing_whether_it_hits_or_misses(tmp_path):
     def study(predicted, last):
         data = {"primary": "mean@4", "seeds": [0, 1], "title": "t", "budget": 100, "difficulty": "easy",
                 "configs": {"n8-Bp16": {"n": 8, "Bp": 16}, "n4-Bp16": {"n": 4, "Bp": 16}, "n2-Bp16": {"n": 2, "Bp": 16},
@@ -258,11 +258,28 @@ def test_a_holdout_against_a_tie_decides_nothing_whether_it_hits_or_misses():
         s.data["metrics"]["mean@4"]["decision_holdout"]["C_max"] = 100.0
     once = S.holdout_claim(misses, Path("/nonexistent"))
     assert once.verdict == S.UNRESOLVED and once.needs.startswith("2 real decision hold-out(s) that decide")
-    assert "the same prediction as `s0`'s (its n16-Bp32 trials are the same runs" in once.evidence[1]
-    assert "same prediction" not in once.evidence[0] + once.evidence[2]
-    misses[2].data["metrics"]["mean@4"]["decision_holdout"]["C_max"] = 400.0  # another budget: another test
-    misses[2].data["metrics"]["mean@4"]["records"]["n16-Bp32"] = records
+    assert "the same pick as `s0`'s from the same runs (its n16-Bp32 trials" in once.evidence[1]
+    assert "same pick" not in once.evidence[0] + once.evidence[2]
+    misses[2].data["metrics"]["mean@4"]["decision_holdout"]["C_max"] = 400.0  # another budget: without the runs
+    misses[2].data["metrics"]["mean@4"]["records"]["n16-Bp32"] = records    # on record, another test
     assert S.holdout_claim(misses[1:], Path("/nonexistent")).needs.startswith("2 real decision hold-out(s)")
+
+    # with each folder's curves kept, the runs are known: the same trials run on to another budget and picked there
+    # again are the same runs (long-easy-bp64 at 8e5 and bend-easy-bp64 at 4e5 both picked n2-Bp64), one test; the
+    # same config trained with another recipe is other runs
+    def keep_curves(folder: str, lr: str) -> None:
+        curves = [Curve(key=f"n16-Bp32-s{seed}", config="n16-Bp32", fields={"n": 16, "Bp": 32, "seed": seed},
+                        compute=np.array([0.0, 1.0]), values={"mean@4": np.array([0.5, 0.6])}) for seed in (0, 1)]
+        P.write_sweep_data(SweepData(f"{folder}-x", BUDGET, {"algorithm.lr_ref": lr}, {}, curves), tmp_path / folder)
+
+    for folder, lr in (("s0", "2.5e-05"), ("s1", "2.5e-05"), ("s2", "2.5e-05")):
+        keep_curves(folder, lr)
+    misses[0].data["metrics"]["mean@4"]["decision_holdout"]["C_max"] = 800.0
+    runs = S.holdout_claim(misses, tmp_path)
+    assert runs.evidence[-1].endswith("easy 1 (0 hit)") and runs.verdict == S.UNRESOLVED
+    assert "the same pick as `s0`'s from the same runs" in runs.evidence[1] + runs.evidence[2]
+    keep_curves("s2", "1e-05")
+    assert S.holdout_claim(misses, tmp_path).evidence[-1].endswith("easy 2 (0 hit)")
 
 
 def test_sweeps_pooled_into_one_analysis_are_counted_once(tmp_path):

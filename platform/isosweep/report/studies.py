@@ -380,10 +380,24 @@ def holdout_outcome(study: Study, metric: str, d: dict) -> str:
     return A.holdout_outcome(study.data["metrics"][metric].get("frontier", []), study.data["configs"], d)
 
 
-def same_prediction(study: Study, metric: str, d: dict) -> str:
-    """What a decision hold-out's pick rests on: the set, C_max, the predicted config and every record of it (each
-    seed's running best at each evaluation). Two studies that ran the same trials of the picked config (deterministic
-    runs) fit the same data and make the same pick at the same C_max: one test of the fits, not two."""
+def picked_runs(study: Study, dashboards: Path, config: str) -> list | None:
+    """The trials of ``config`` in the study's folder, each as (recipe, seed): the task, model and method settings
+    and the seed that make it one deterministic run (see :func:`shared_runs`); None without the folder's curves."""
+    path = P.curves_path(dashboards / study.folder)
+    if not path.exists():
+        return None
+    data = SweepData.from_json(json.loads(path.read_text()), str(path))
+    recipe = json.dumps({**P.method(data), **P.identity(data)}, sort_keys=True)
+    return sorted([recipe, int(c.fields.get("seed", 0))] for c in data.curves if c.config == config) or None
+
+
+def same_prediction(study: Study, metric: str, d: dict, runs: list | None = None) -> str:
+    """What a decision hold-out's pick rests on: the set, the predicted config and its runs (``runs``, from
+    :func:`picked_runs`). Two studies that ran the same trials of the picked config (deterministic runs, run to
+    the same or to another budget) pick it from the same curves: at most one test of the fits, not two. Without
+    ``runs``: the set, C_max, the config and every record of it (each seed's running best at each evaluation)."""
+    if runs is not None:
+        return json.dumps([study.difficulty, d["predicted_config"], runs])
     records = study.data["metrics"][metric].get("records", {}).get(d["predicted_config"])
     if records is None:  # nothing to compare: a test of its own
         return json.dumps([study.folder, id(study)])
@@ -409,12 +423,13 @@ def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
             tried_on[study.difficulty] += 1
             repeat = ""
             if outcome != "tie":
-                key = same_prediction(study, name, d)
+                key = same_prediction(study, name, d, picked_runs(study, dashboards, d["predicted_config"]))
                 set_of[key] = study.difficulty
                 same = decided.setdefault(key, [])
                 if same:
-                    repeat = (f"; the same prediction as `{same[0][0]}`'s (its {d['predicted_config']} trials are the "
-                              "same runs, fitted on the same data), counted once")
+                    repeat = (f"; the same pick as `{same[0][0]}`'s from the same runs (its {d['predicted_config']} "
+                              "trials, deterministic, to this or another budget), counted once with it: one hit "
+                              "only if every such pick hit")
                 same.append((study.folder, outcome == "hit"))
             claim.evidence.append(f"{study.label()}, {name}: predicted {d['predicted_config']} "
                                   f"({fmt(d['predicted_value'])}), observed best {d['observed_config']} -> "
