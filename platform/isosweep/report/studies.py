@@ -387,8 +387,13 @@ def picked_runs(study: Study, dashboards: Path, config: str) -> list | None:
     if not path.exists():
         return None
     data = SweepData.from_json(json.loads(path.read_text()), str(path))
-    recipe = json.dumps({**P.method(data), **P.identity(data)}, sort_keys=True)
-    return sorted([recipe, int(c.fields.get("seed", 0))] for c in data.curves if c.config == config) or None
+    return sorted(list(run_key(data, c)) for c in data.curves if c.config == config) or None
+
+
+def run_key(data: SweepData, curve) -> tuple[str, int]:
+    """(recipe, seed) of one trial: with its config, what makes it one deterministic run -- the task, model and
+    method settings (:func:`isosweep.report.planner.method`, :func:`~isosweep.report.planner.identity`) and the seed."""
+    return json.dumps({**P.method(data), **P.identity(data)}, sort_keys=True), int(curve.fields.get("seed", 0))
 
 
 def same_prediction(study: Study, metric: str, d: dict, runs: list | None = None) -> str:
@@ -584,9 +589,9 @@ def shared_runs(dashboards: Path) -> list[str]:
     deterministic run measured twice), so their verdicts are read as not independent."""
     owners: dict[tuple, list[str]] = {}
     for data in P.load_folders(dashboards):
-        recipe = json.dumps({**P.method(data), **P.identity(data)}, sort_keys=True)
         for c in data.curves:
-            owners.setdefault((recipe, c.config, int(c.fields.get("seed", 0))), []).append(data.sweep_id)
+            recipe, seed = run_key(data, c)
+            owners.setdefault((recipe, c.config, seed), []).append(data.sweep_id)
     pairs: dict[tuple[str, ...], list[str]] = {}
     for (_, config, seed), ids in owners.items():
         if len(ids) > 1:
