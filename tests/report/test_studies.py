@@ -223,7 +223,7 @@ def test_a_holdout_against_a_tie_decides_nothing_whether_it_hits_or_misses(tmp_p
     misses = [study("n16-Bp32", tie) for _ in range(3)]
     contradicted = S.holdout_claim(misses, Path("/nonexistent"))
     assert contradicted.verdict == S.CONTRADICTED and not contradicted.needs
-    assert contradicted.evidence[-1] == ("hold-outs that decide, by set (a pick made from the same runs counted once): "
+    assert contradicted.evidence[-1] == ("hold-outs that decide, by set (picks that share runs counted once): "
                                          "easy 3 (0 hit)")
     # the verdict stands, and says that it rests on one set when every hold-out on the other was a tie
     hard_ties = [study("n8-Bp16", tie) for _ in range(2)]
@@ -267,9 +267,9 @@ def test_a_holdout_against_a_tie_decides_nothing_whether_it_hits_or_misses(tmp_p
     # with each folder's curves kept, the runs are known: the same trials run on to another budget and picked there
     # again are the same runs (long-easy-bp64 at 8e5 and bend-easy-bp64 at 4e5 both picked n2-Bp64), one test; the
     # same config trained with another recipe is other runs
-    def keep_curves(folder: str, lr: str) -> None:
+    def keep_curves(folder: str, lr: str, seeds=(0, 1)) -> None:
         curves = [Curve(key=f"n16-Bp32-s{seed}", config="n16-Bp32", fields={"n": 16, "Bp": 32, "seed": seed},
-                        compute=np.array([0.0, 1.0]), values={"mean@4": np.array([0.5, 0.6])}) for seed in (0, 1)]
+                        compute=np.array([0.0, 1.0]), values={"mean@4": np.array([0.5, 0.6])}) for seed in seeds]
         P.write_sweep_data(SweepData(f"{folder}-x", BUDGET, {"algorithm.lr_ref": lr}, {}, curves), tmp_path / folder)
 
     for folder, lr in (("s0", "2.5e-05"), ("s1", "2.5e-05"), ("s2", "2.5e-05")):
@@ -280,6 +280,22 @@ def test_a_holdout_against_a_tie_decides_nothing_whether_it_hits_or_misses(tmp_p
     assert "the same pick as `s0`'s from the same runs" in runs.evidence[1] + runs.evidence[2]
     keep_curves("s2", "1e-05")
     assert S.holdout_claim(misses, tmp_path).evidence[-1].endswith("easy 2 (0 hit)")
+    # a pick that shares some of its runs with another (seeds pooled: 1 and 2 against 0 and 1) rests partly on the
+    # same curve: one test; other seeds of the same recipe are other runs, a test of their own
+    keep_curves("s2", "2.5e-05", seeds=(1, 2))
+    some = S.holdout_claim(misses, tmp_path)
+    assert some.evidence[-1].endswith("easy 1 (0 hit)")
+    assert "the same pick as `s0`'s from the same runs (its n16-Bp32 trials, deterministic, to this or another " \
+           "budget, or some of them), counted once" in some.evidence[2]
+    keep_curves("s2", "2.5e-05", seeds=(2, 3))
+    assert S.holdout_claim(misses, tmp_path).evidence[-1].endswith("easy 2 (0 hit)")
+    # a later pick that shares runs with two tests so far apart joins them into one
+    keep_curves("s1", "2.5e-05", seeds=(2, 3))
+    keep_curves("s2", "2.5e-05", seeds=(1, 2))
+    assert S.holdout_claim(misses[:2], tmp_path).evidence[-1].endswith("easy 2 (0 hit)")
+    joined = S.holdout_claim(misses, tmp_path)
+    assert "the same pick as `s0`'s" in joined.evidence[2] and "same pick" not in joined.evidence[1]
+    assert joined.evidence[-1].endswith("easy 1 (0 hit)")
 
 
 def test_sweeps_pooled_into_one_analysis_are_counted_once(tmp_path):

@@ -396,20 +396,21 @@ def run_key(data: SweepData, curve) -> tuple[str, int]:
     return json.dumps({**P.method(data), **P.identity(data)}, sort_keys=True), int(curve.fields.get("seed", 0))
 
 
-def same_prediction(study: Study, metric: str, d: dict, runs: list | None = None) -> str:
-    """What a decision hold-out's pick rests on: the set, the predicted config and its runs (``runs``, from
-    :func:`picked_runs`). Two studies that ran the same trials of the picked config (deterministic runs, run to
-    the same or to another budget) pick it from the same curves: at most one test of the fits, not two. Without
-    ``runs``: the set, C_max, the config and every record of it (each seed's running best at each evaluation)."""
+def same_prediction(study: Study, metric: str, d: dict, runs: list | None = None) -> list[str]:
+    """What a decision hold-out's pick rests on, one key per run: the set, the predicted config and each of its
+    runs (``runs``, from :func:`picked_runs`). Two picks that share a run (the same deterministic trial of the
+    picked config, run to the same or to another budget, or pooled with other seeds) rest on the same curve: at
+    most one test of the fits, not two. Without ``runs``, one key: the set, C_max, the config and every record of
+    it (each seed's running best at each evaluation)."""
     if runs is not None:
-        return json.dumps([study.difficulty, d["predicted_config"], runs])
+        return [json.dumps([study.difficulty, d["predicted_config"], run]) for run in runs]
     records = study.data["metrics"][metric].get("records", {}).get(d["predicted_config"])
     if records is None:  # nothing to compare: a test of its own
-        return json.dumps([study.folder, id(study)])
-    return json.dumps([study.difficulty, d.get("C_max"), d["predicted_config"], records], sort_keys=True)
+        return [json.dumps([study.folder, id(study)])]
+    return [json.dumps([study.difficulty, d.get("C_max"), d["predicted_config"], records], sort_keys=True)]
 
 
-HOLDOUTS_BY_SET = "hold-outs that decide, by set (a pick made from the same runs counted once): "
+HOLDOUTS_BY_SET = "hold-outs that decide, by set (picks that share runs counted once): "
 
 
 def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
@@ -417,8 +418,8 @@ def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
     claim = Claim("the fitted curves predict 4x beyond their data",
                   "decision hold-out: every config fitted on C <= C_max/4, the predicted winner and its value at C_max "
                   "against what was observed; on the real studies and on synthetic sweeps with a known truth")
-    decided: dict[str, list[tuple[str, bool]]] = {}  # one prediction -> (folder, hit) of each study that made it
-    set_of: dict[str, str] = {}  # one prediction -> the set of problems it was made on
+    decided: list[tuple[set[str], list[tuple[str, bool]], str]] = []  # one test: its runs' keys, (folder, hit) of
+    # each study whose pick rests on them, and the set of problems it was made on
     tried_on: Counter[str] = Counter()  # hold-outs per set, ties included
     for study in (s for s in studies if s.current):
         name = study.data["primary"]
@@ -428,14 +429,16 @@ def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
             tried_on[study.difficulty] += 1
             repeat = ""
             if outcome != "tie":
-                key = same_prediction(study, name, d, picked_runs(study, dashboards, d["predicted_config"]))
-                set_of[key] = study.difficulty
-                same = decided.setdefault(key, [])
-                if same:
-                    repeat = (f"; the same pick as `{same[0][0]}`'s from the same runs (its {d['predicted_config']} "
-                              "trials, deterministic, to this or another budget), counted once with it: one hit "
-                              "only if every such pick hit")
-                same.append((study.folder, outcome == "hit"))
+                keys = set(same_prediction(study, name, d, picked_runs(study, dashboards, d["predicted_config"])))
+                shared = [test for test in decided if test[0] & keys]
+                if shared:
+                    repeat = (f"; the same pick as `{shared[0][1][0][0]}`'s from the same runs (its "
+                              f"{d['predicted_config']} trials, deterministic, to this or another budget"
+                              + (", or some of them" if not any(keys <= test[0] for test in shared) else "")
+                              + "), counted once with it: one hit only if every such pick hit")
+                merged = (keys.union(*(t[0] for t in shared)), [p for t in shared for p in t[1]], study.difficulty)
+                decided = [t for t in decided if all(t is not u for u in shared)] + [merged]
+                merged[1].append((study.folder, outcome == "hit"))
             claim.evidence.append(f"{study.label()}, {name}: predicted {d['predicted_config']} "
                                   f"({fmt(d['predicted_value'])}), observed best {d['observed_config']} -> "
                                   + A.holdout_words(outcome, d["hit"])
@@ -451,8 +454,8 @@ def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
                                   f"decision hold-out hit rate {synthetic:.2f}, median value error "
                                   f"{fmt(v.get('decision_holdout_value_error_median_abs'))}")
     per_set: dict[str, list[bool]] = {}  # set -> whether each prediction that decided hit
-    for key, same in decided.items():
-        per_set.setdefault(set_of[key], []).append(all(hit for _, hit in same))
+    for _, same, on_set in decided:
+        per_set.setdefault(on_set, []).append(all(hit for _, hit in same))
     hits = [hit for on_set in per_set.values() for hit in on_set]
     tied_sets = sorted(set(tried_on) - set(per_set))
     if per_set:
