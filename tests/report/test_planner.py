@@ -127,6 +127,33 @@ def test_sweeps_that_disagree_beyond_their_noise_are_flagged_and_agreeing_ones_a
     assert any("sweeps a and b disagree" in w for w in apart.warnings)
 
 
+def test_the_gap_between_two_sweeps_is_students_t_and_honest_seed_spread_is_flagged_at_the_stated_rate():
+    from scipy.stats import ttest_ind
+
+    rng = np.random.default_rng(11)
+    a, b = list(rng.normal(0.7, 0.01, 3)), list(rng.normal(0.71, 0.01, 2))
+    (gap,) = P.sweep_gaps({"a": a, "b": b})
+    ref = ttest_ind(a, b, equal_var=True)
+    assert gap.t == pytest.approx(ref.statistic, rel=1e-9) and gap.df == 3
+    assert gap.gap == pytest.approx(np.mean(a) - np.mean(b), rel=1e-12)
+    # three sweeps: the spread is pooled from all three (df 3), each pair tested with it
+    three = P.sweep_gaps({"a": a[:2], "b": b, "c": [0.69, 0.70]})
+    assert [(g.a, g.b, g.df) for g in three] == [("a", "b", 3), ("a", "c", 3), ("b", "c", 3)]
+    assert P.sweep_gaps({"a": [0.7], "b": [0.71]}) == [] and P.sweep_gaps({"a": [0.7, 0.7], "b": [0.7, 0.7]}) == []
+
+    # sweeps of the same allocation, two seeds each, drawn from one distribution (what another seed gives): the
+    # old rule ("a gap beyond twice its standard error") flagged about one pair in five; the test flags about
+    # one in twenty, and with ten comparisons corrected for together, about one set of ten in twenty
+    draws = [P.sweep_gaps({"a": list(rng.normal(0, 1, 2)), "b": list(rng.normal(0, 1, 2))})[0] for _ in range(4000)]
+    old = np.mean([abs(g.t) > 2 for g in draws])
+    flagged = np.mean([len(P.disagreeing([(g,)])) for g in draws])
+    assert 0.15 < old < 0.22 and 0.035 < flagged < 0.065
+    sets = [P.disagreeing([(g,) for g in draws[i:i + 10]]) for i in range(0, 4000, 10)]
+    assert 0.02 < np.mean([len(s) > 0 for s in sets]) < 0.09
+    # a real shift of 8 seed standard deviations is still found
+    assert P.disagreeing([(P.sweep_gaps({"a": [0.0, 1.0], "b": [8.0, 9.0]})[0],)])
+
+
 def test_sweeps_run_with_other_method_settings_are_flagged():
     rec = P.Planner([sweep(seed=6, name="a"), sweep(seed=7, name="b", **{"algorithm.lr_ref": "2e-05"})],
                     bootstrap=5).at(BUDGET)

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+from scipy.stats import t as student
 
 from isosweep.algo import MIN_GROUP
 from isosweep.report import frontier as F
@@ -498,10 +499,10 @@ class Planner:
         return out
 
     def _disagreements(self) -> list[str]:
-        """Allocations run by two sweeps whose mean running bests at the compute both reach differ by more than
-        twice their standard error (from the seed-to-seed spread within the sweeps, pooled; untestable, and
-        skipped, when no sweep has two trials of the allocation)."""
-        out = []
+        """Allocations run by two sweeps whose mean running bests at the compute both reach differ beyond their
+        seed noise (:func:`disagreeing`: a pooled two-sample t test, corrected for every comparison made here;
+        untestable, and skipped, when no sweep has two trials of the allocation)."""
+        tests = []
         for key in self.keys:
             by_sweep: dict[str, list[tuple[Curve, np.ndarray]]] = {}
             for curve, values in self.observed:
@@ -511,19 +512,51 @@ class Planner:
                 continue
             common = min(max(float(c.compute.max()) for c, _ in pairs) for pairs in by_sweep.values())
             per_sweep = {sid: [float(v[c.compute <= common].max()) for c, v in pairs] for sid, pairs in by_sweep.items()}
-            within = sum(float(np.sum((np.array(xs) - np.mean(xs)) ** 2)) for xs in per_sweep.values())
-            sd = math.sqrt(within / (sum(len(xs) for xs in per_sweep.values()) - len(per_sweep)))
-            ids = list(per_sweep)
-            for i in range(len(ids)):
-                for j in range(i + 1, len(ids)):
-                    a, b = per_sweep[ids[i]], per_sweep[ids[j]]
-                    se = sd * math.sqrt(1 / len(a) + 1 / len(b))
-                    gap = float(np.mean(a) - np.mean(b))
-                    if se > 0 and abs(gap) > 2 * se:
-                        out.append(f"{key}: sweeps {ids[i]} and {ids[j]} disagree at C = {common:,.0f} "
-                                   f"({np.mean(a):.3f} vs {np.mean(b):.3f}, gap {gap:+.3f} > 2 SE = {2 * se:.3f}): "
-                                   "check what differs between them before pooling")
-        return out
+            tests += [(key, common, gap) for gap in sweep_gaps(per_sweep)]
+        return [f"{key}: sweeps {g.a} and {g.b} disagree at C = {common:,.0f} ({g.mean_a:.3f} vs {g.mean_b:.3f}, "
+                f"gap {g.gap:+.3f}, {abs(g.t):.1f} SE from {g.df} degrees of freedom of seed spread; beyond chance "
+                f"at 5% over the {len(tests)} comparison{'s' * (len(tests) > 1)} made): check what differs between "
+                "them before pooling" for key, common, g in disagreeing(tests)]
+
+
+@dataclass
+class SweepGap:
+    """Two sweeps' mean value of one allocation, the gap between them and its two-sample t statistic."""
+    a: str
+    b: str
+    mean_a: float
+    mean_b: float
+    gap: float
+    t: float
+    df: int
+
+
+def sweep_gaps(per_sweep: dict[str, list[float]]) -> list[SweepGap]:
+    """Every pair of sweeps (values: one per trial, i.e. per seed): the gap of their means and its t statistic,
+    the standard deviation pooled from the seed spread within every sweep (Student's two-sample test with equal
+    variances when there are two sweeps). Empty when no sweep has two trials or the spread is 0."""
+    df = sum(len(xs) for xs in per_sweep.values()) - len(per_sweep)
+    if df <= 0:
+        return []
+    within = sum(float(np.sum((np.array(xs) - np.mean(xs)) ** 2)) for xs in per_sweep.values())
+    sd = math.sqrt(within / df)
+    if sd <= 0:
+        return []
+    ids, out = list(per_sweep), []
+    for i in range(len(ids)):
+        for j in range(i + 1, len(ids)):
+            a, b = per_sweep[ids[i]], per_sweep[ids[j]]
+            gap = float(np.mean(a) - np.mean(b))
+            out.append(SweepGap(ids[i], ids[j], float(np.mean(a)), float(np.mean(b)), gap,
+                                gap / (sd * math.sqrt(1 / len(a) + 1 / len(b))), df))
+    return out
+
+
+def disagreeing(tests: list[tuple], alpha: float = 0.05) -> list[tuple]:
+    """The ``tests`` (tuples ending in a :class:`SweepGap`) whose two-sided p value is below ``alpha`` over the
+    number of tests (Bonferroni): with two seeds per sweep the t statistic has few degrees of freedom, and a
+    fixed "twice the standard error" would flag about one honest pair in five."""
+    return [test for test in tests if 2 * student.sf(abs(test[-1].t), test[-1].df) < alpha / len(tests)]
 
 
 # --------------------------------------------------------------------------------- what to run next
