@@ -162,7 +162,8 @@ def test_eval_points_are_log_spaced_in_compute():
                                                     ("bend-easy-bp64.yaml", "bend-easy-bp64"),
                                                     ("long-fixed-batch.yaml", "long-fixed-batch"),
                                                     ("long-easy-bp64.yaml", "long-easy-bp64"),
-                                                    ("easy-bp64-seeds23.yaml", "easy-bp64-seeds23")])
+                                                    ("easy-bp64-seeds23.yaml", "easy-bp64-seeds23"),
+                                                    ("easy-bp64-seeds45.yaml", "easy-bp64-seeds45")])
 def test_a_committed_study_is_the_sweep_its_file_runs(sweep_file, folder):
     """The study in dashboards/<folder>/ was run under the id its sweep file gives today: rerunning the file
     resumes (or finds finished) those trials instead of starting another sweep."""
