@@ -146,12 +146,12 @@ def test_the_gap_between_two_sweeps_is_students_t_and_honest_seed_spread_is_flag
     # one in twenty, and with ten comparisons corrected for together, about one set of ten in twenty
     draws = [P.sweep_gaps({"a": list(rng.normal(0, 1, 2)), "b": list(rng.normal(0, 1, 2))})[0] for _ in range(4000)]
     old = np.mean([abs(g.t) > 2 for g in draws])
-    flagged = np.mean([len(P.disagreeing([(g,)])) for g in draws])
+    flagged = np.mean([P.beyond_chance(g, 1) for g in draws])
     assert 0.15 < old < 0.22 and 0.035 < flagged < 0.065
-    sets = [P.disagreeing([(g,) for g in draws[i:i + 10]]) for i in range(0, 4000, 10)]
-    assert 0.02 < np.mean([len(s) > 0 for s in sets]) < 0.09
+    sets = [any(P.beyond_chance(g, 10) for g in draws[i:i + 10]) for i in range(0, 4000, 10)]
+    assert 0.02 < np.mean(sets) < 0.09
     # a real shift of 8 seed standard deviations is still found
-    assert P.disagreeing([(P.sweep_gaps({"a": [0.0, 1.0], "b": [8.0, 9.0]})[0],)])
+    assert P.beyond_chance(P.sweep_gaps({"a": [0.0, 1.0], "b": [8.0, 9.0]})[0], 1)
 
 
 def test_sweeps_run_with_other_method_settings_are_flagged():

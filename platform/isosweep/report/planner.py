@@ -500,7 +500,7 @@ class Planner:
 
     def _disagreements(self) -> list[str]:
         """Allocations run by two sweeps whose mean running bests at the compute both reach differ beyond their
-        seed noise (:func:`disagreeing`: a pooled two-sample t test, corrected for every comparison made here;
+        seed noise (:func:`beyond_chance`: a pooled two-sample t test, corrected for every comparison made here;
         untestable, and skipped, when no sweep has two trials of the allocation)."""
         tests = []
         for key in self.keys:
@@ -516,7 +516,7 @@ class Planner:
         return [f"{key}: sweeps {g.a} and {g.b} disagree at C = {common:,.0f} ({g.mean_a:.3f} vs {g.mean_b:.3f}, "
                 f"gap {g.gap:+.3f}, {abs(g.t):.1f} SE from {g.df} degrees of freedom of seed spread; beyond chance "
                 f"at 5% over the {len(tests)} comparison{'s' * (len(tests) > 1)} made): check what differs between "
-                "them before pooling" for key, common, g in disagreeing(tests)]
+                "them before pooling" for key, common, g in tests if beyond_chance(g, len(tests))]
 
 
 @dataclass
@@ -552,11 +552,11 @@ def sweep_gaps(per_sweep: dict[str, list[float]]) -> list[SweepGap]:
     return out
 
 
-def disagreeing(tests: list[tuple], alpha: float = 0.05) -> list[tuple]:
-    """The ``tests`` (tuples ending in a :class:`SweepGap`) whose two-sided p value is below ``alpha`` over the
-    number of tests (Bonferroni): with two seeds per sweep the t statistic has few degrees of freedom, and a
-    fixed "twice the standard error" would flag about one honest pair in five."""
-    return [test for test in tests if 2 * student.sf(abs(test[-1].t), test[-1].df) < alpha / len(tests)]
+def beyond_chance(gap: SweepGap, comparisons: int, alpha: float = 0.05) -> bool:
+    """Whether ``gap``'s two-sided p value is below ``alpha`` over the number of ``comparisons`` made together
+    (Bonferroni): with two seeds per sweep the t statistic has few degrees of freedom, and a fixed "twice the
+    standard error" would flag about one honest pair in five."""
+    return 2 * student.sf(abs(gap.t), gap.df) < alpha / comparisons
 
 
 # --------------------------------------------------------------------------------- what to run next
