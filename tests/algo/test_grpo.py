@@ -14,6 +14,7 @@ from hypothesis import given, settings
 
 from isosweep.algo.grpo import (
     broadcast_advantages,
+    chunked_token_stats,
     entropy_from_logits,
     group_advantages,
     grpo_loss,
@@ -441,3 +442,79 @@ def test_grpo_loss_requires_inputs_for_non_zero_coefficients() -> None:
         grpo_loss(*args, kl_coef=0.1)
     with pytest.raises(ValueError, match="entropy"):
         grpo_loss(*args, entropy_coef=0.1)
+
+
+# ---------------------------------------------------------------- chunked log-probs and entropy
+
+
+def _chunked_case(dtype: torch.dtype, seed: int, batch: int = 3, tokens: int = 7, width: int = 5, vocab: int = 11):
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(batch, tokens, width, generator=g, dtype=dtype, requires_grad=True)
+    head = torch.nn.Linear(width, vocab, bias=False).to(dtype)
+    with torch.no_grad():
+        head.weight.copy_(torch.randn(vocab, width, generator=g, dtype=dtype))
+    ids = torch.randint(0, vocab, (batch, tokens), generator=g)
+    return hidden, head, ids
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("chunk", [1, 2, 5, 21, 1000])
+@pytest.mark.parametrize("seed", range(3))
+def test_chunked_token_stats_equal_the_whole_logits_computation(dtype: torch.dtype, chunk: int, seed: int) -> None:
+    """Values and gradients (to the hidden states and the head) as from the whole logits, for any chunk."""
+    temperature = 0.7
+    hidden, head, ids = _chunked_case(dtype, seed)
+    logp, entropy = chunked_token_stats(hidden, head, ids, temperature, chunk)
+    assert logp.shape == entropy.shape == ids.shape and logp.dtype == entropy.dtype == torch.float32
+    weights = torch.randn(ids.shape, generator=torch.Generator().manual_seed(seed + 10))
+    (logp * weights).sum().add((entropy * weights.flip(0)).sum()).backward()
+    grads = hidden.grad.clone(), head.weight.grad.clone()
+    hidden.grad, head.weight.grad = None, None
+
+    logits = head(hidden).float()
+    whole_logp = token_logprobs(logits, ids, temperature)
+    scaled = logits / temperature
+    whole_entropy = torch.logsumexp(scaled, -1) - (torch.softmax(scaled, -1) * scaled).sum(-1)  # per token
+    ones = torch.ones_like(ids, dtype=torch.float32)
+    assert float(entropy_from_logits(scaled, ones)) == pytest.approx(float(whole_entropy.mean()), rel=1e-5)
+    (whole_logp * weights).sum().add((whole_entropy * weights.flip(0)).sum()).backward()
+    close = {"atol": 1e-5, "rtol": 1e-5}
+    torch.testing.assert_close(logp, whole_logp, **close)
+    torch.testing.assert_close(entropy, whole_entropy, **close)
+    torch.testing.assert_close(grads[0], hidden.grad, **close)
+    torch.testing.assert_close(grads[1], head.weight.grad, **close)
+
+
+def test_chunked_token_stats_match_a_slow_loop() -> None:
+    hidden, head, ids = _chunked_case(torch.float64, seed=4)
+    logp, entropy = chunked_token_stats(hidden.detach(), head, ids, 1.3, chunk=4)
+    for b in range(ids.shape[0]):
+        for t in range(ids.shape[1]):
+            row = [float(x) / 1.3 for x in head(hidden[b, t].detach())]
+            z = math.log(sum(math.exp(x) for x in row))
+            probs = [math.exp(x - z) for x in row]
+            assert float(logp[b, t]) == pytest.approx(row[int(ids[b, t])] - z, abs=1e-5)
+            assert float(entropy[b, t]) == pytest.approx(-sum(p * math.log(p) for p in probs), abs=1e-5)
+
+
+def test_chunked_token_stats_call_the_head_once_per_chunk_forward_and_again_per_chunk_in_backward() -> None:
+    """Each chunk's logits are recomputed in the backward pass, not kept: the head runs twice per chunk."""
+    hidden, head, ids = _chunked_case(torch.float32, seed=1, batch=2, tokens=5)
+    calls = []
+    head.register_forward_hook(lambda _m, args, _out: calls.append(args[0].shape[0]))
+    logp, entropy = chunked_token_stats(hidden, head, ids, 1.0, chunk=4)
+    assert calls == [4, 4, 2]
+    (logp.sum() + entropy.sum()).backward()
+    assert sorted(calls) == sorted([4, 4, 2] * 2)
+    with torch.no_grad():
+        calls.clear()
+        chunked_token_stats(hidden, head, ids, 1.0, chunk=4)
+    assert calls == [4, 4, 2]
+
+
+def test_chunked_token_stats_reject_bad_arguments() -> None:
+    hidden, head, ids = _chunked_case(torch.float32, seed=0)
+    with pytest.raises(ValueError, match="temperature"):
+        chunked_token_stats(hidden, head, ids, 0.0, 4)
+    with pytest.raises(ValueError, match="chunk"):
+        chunked_token_stats(hidden, head, ids, 1.0, 0)

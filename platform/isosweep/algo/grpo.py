@@ -18,8 +18,11 @@ Departures from the DeepSeekMath paper: the group std is the population std
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 
 def group_advantages(
@@ -195,6 +198,56 @@ def token_logprobs(logits: Tensor, tokens: Tensor, temperature: float) -> Tensor
     scaled = logits / temperature
     picked = scaled.gather(-1, tokens.long().unsqueeze(-1)).squeeze(-1)
     return picked - torch.logsumexp(scaled, dim=-1)
+
+
+def _chunk_stats(head: Callable[[Tensor], Tensor], hidden: Tensor, tokens: Tensor,
+                 temperature: float) -> tuple[Tensor, Tensor]:
+    """Log-probs of ``tokens`` and entropies, ``(chunk,)`` each, float32, from ``hidden`` ``(chunk, width)``."""
+    scaled = head(hidden).float() / temperature
+    log_z = torch.logsumexp(scaled, dim=-1)
+    logp = scaled.gather(-1, tokens.long().unsqueeze(-1)).squeeze(-1) - log_z
+    entropy = log_z - (torch.softmax(scaled, dim=-1) * scaled).sum(dim=-1)
+    return logp, entropy
+
+
+def chunked_token_stats(hidden: Tensor, head: Callable[[Tensor], Tensor], tokens: Tensor, temperature: float,
+                        chunk: int) -> tuple[Tensor, Tensor]:
+    """Post-temperature log-probs of the sampled tokens and the entropy at every position, from the
+    final hidden states, ``chunk`` positions at a time.
+
+    The same values as :func:`token_logprobs` and the per-token terms of :func:`entropy_from_logits`
+    on ``head(hidden)``, without ever holding the whole ``(..., vocab)`` logits: each chunk's logits
+    exist (in float32) only while that chunk is computed, and with gradients on, each chunk is
+    recomputed in the backward pass (activation checkpointing) instead of being kept for it. At
+    Qwen2.5's 151,936-token vocabulary one float32 copy of a 600-token sequence's logits is 365 MB.
+
+    Args:
+        hidden: ``(batch, tokens, width)``, the decoder's output before the output head.
+        head: the output head, ``(n, width) -> (n, vocab)`` (an ``nn.Linear``; called once per chunk,
+            so a ZeRO-3 partitioned head gathers its weight per chunk).
+        tokens: ``(batch, tokens)``, the ids whose log-probs are wanted.
+        temperature: sampling temperature, ``> 0``.
+        chunk: positions per chunk, ``> 0``.
+
+    Returns:
+        ``(logp, entropy)``, each ``(batch, tokens)`` float32, entropy in nats.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if chunk <= 0:
+        raise ValueError(f"chunk must be > 0, got {chunk}")
+    flat_hidden, flat_tokens = hidden.reshape(-1, hidden.shape[-1]), tokens.reshape(-1)
+    recompute = torch.is_grad_enabled() and hidden.requires_grad
+    parts = []
+    for start in range(0, flat_tokens.numel(), chunk):
+        args = (head, flat_hidden[start:start + chunk], flat_tokens[start:start + chunk], temperature)
+        parts.append(checkpoint(_chunk_stats, *args, use_reentrant=False) if recompute else _chunk_stats(*args))
+    if not parts:
+        empty = hidden.new_zeros(tokens.shape, dtype=torch.float32)
+        return empty, empty.clone()
+    logp = torch.cat([p[0] for p in parts]).view(tokens.shape)
+    entropy = torch.cat([p[1] for p in parts]).view(tokens.shape)
+    return logp, entropy
 
 
 def grpo_loss(
