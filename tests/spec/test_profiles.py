@@ -92,6 +92,14 @@ def test_h200_node_maps_to_deepspeed_and_vllm():
     assert profile.backend == "nccl" and profile.weight_sync == "nccl"
 
 
+def test_gpu_profiles_declare_their_gpu_memory():
+    """The H200 profiles carry the memory the dry run's plan checks against; a CPU profile has none."""
+    profiles = load_profiles()
+    assert profiles["h200-node"].gpu_memory_gib == profiles["h200-multinode"].gpu_memory_gib == 139
+    assert profiles["cpu-tiny"].gpu_memory_gib is None
+    assert all(p.gpu_memory_gib for p in profiles.values() if p.accelerator == "gpu")
+
+
 def test_engine_args_are_what_llm_kwargs_takes():
     from isosweep.rollout.vllm import llm_kwargs
 
@@ -134,6 +142,7 @@ BAD_PROFILES = {
                              "key 'vllm.gpu_memory_utilization'"),
     "shm weights across nodes": ({"nodes": 2, "weight_sync": "shm"}, "weight_sync 'shm' needs the trial on one node"),
     "no nodes": ({"nodes": 0}, "key 'nodes'"),
+    "no GPU memory": ({"gpu_memory_gib": 0}, "key 'gpu_memory_gib'"),
 }
 
 

@@ -222,3 +222,22 @@ def test_tiny_models_stay_raw():
     assert load_trial(easy, ["budget=1000"]).task.prompt_format == "auto"  # resolves to raw: no template
     message = error_of(easy, ["budget=1000", "task.prompt_format=chat"])
     assert "task.prompt_format 'chat' needs a chat template" in message and "tiny-1m" in message
+
+
+def test_an_unset_rollout_precision_is_the_profiles():
+    """The GPU profiles were sized for FP8 rollouts (``vllm.precision: fp8``): a trial that does not set
+    ``rollout.precision`` gets it (a default of bf16 had made the profile's choice dead), and a trial that sets it
+    keeps its own; on a CPU profile unset is bf16, and a sweep's id does not change (its trials resume)."""
+    from isosweep.spec.grid import id_dump
+    from isosweep.spec.profiles import get_profile, vllm_engine_args
+    from isosweep.spec.trial import TrialConfig, rollout_precision
+
+    gpu = TrialConfig(budget=1024, profile="h200-node")
+    assert gpu.rollout.precision is None and rollout_precision(gpu) == "fp8"
+    assert vllm_engine_args(get_profile("h200-node"), rollout_precision(gpu))["quantization"] == "fp8_per_channel"
+    chosen = TrialConfig(budget=1024, profile="h200-node", rollout={"precision": "bf16"})
+    assert rollout_precision(chosen) == "bf16"
+    assert "quantization" not in vllm_engine_args(get_profile("h200-node"), rollout_precision(chosen))
+    cpu = TrialConfig(budget=1024)
+    assert rollout_precision(cpu) == "bf16"
+    assert id_dump(cpu) == id_dump(TrialConfig(budget=1024, rollout={"precision": "bf16"}))

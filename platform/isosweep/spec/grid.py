@@ -26,7 +26,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from isosweep.models.sizes import SIZES, warmup_version_in_ids
-from isosweep.spec.trial import TrialConfig
+from isosweep.spec.trial import TrialConfig, rollout_precision
 from isosweep.spec.values import parse_budget, short_count, slug
 from isosweep.spec.yamlio import ConfigError, Section, merge, parse_overrides, read_yaml, validate
 
@@ -76,6 +76,9 @@ class EstimateSpec(Section):
     """Parameters of the policy."""
     tokens_per_rollout: float = Field(gt=0)
     """Prompt + completion tokens of an average rollout."""
+    prompt_tokens: int = Field(256, gt=0)
+    """Longest prompt in tokens, chat template included: the memory plan pads every sequence of a micro-batch
+    to this plus ``rollout.max_new_tokens`` (a sweep without an ``estimate`` section is planned at the default)."""
     flops_per_gpu: float = Field(9.89e14, gt=0)
     """Peak dense bf16 FLOP/s of one GPU (H200: 9.89e14)."""
     utilisation: float = Field(0.25, gt=0, le=1)
@@ -143,7 +146,9 @@ class TrialPoint:
 ADDED_LATER = {"task": {"dataset_config": None, "train_split": "train", "eval_split": None,
                         "columns": {"prompt": "prompt", "answer": "answer"}, "prompt_format": "auto"},
                "eval": {"checkpoint_every": 100, "temperature": None},
-               "algorithm": {"width_ref": None, "width_scaling": "all", "lr_warmup": 0.0}}
+               "algorithm": {"width_ref": None, "width_scaling": "all", "lr_warmup": 0.0},
+               "trainer": {"micro_batch": None, "gradient_checkpointing": False, "logprob_chunk": 1024,
+                           "param_persistence_threshold": None}}
 """Trial keys added after sweeps were first run, with their defaults: left out of a sweep's id while at their
 default, so a sweep file keeps its id -- and a rerun resumes it -- across versions of isosweep."""
 
@@ -158,6 +163,7 @@ def id_dump(cfg: TrialConfig) -> dict:
     the :data:`NOT_IN_ID` ones; for a tiny model, the warm-up version that builds it when past the first (a rerun
     of a sweep whose trials ran on another build of the base model is a new sweep, not a resumption)."""
     data = cfg.model_dump(mode="json")
+    data["rollout"]["precision"] = rollout_precision(cfg)  # unset means the profile's: the id holds what runs
     version = warmup_version_in_ids()
     if cfg.model.name in SIZES and version:
         data["model"]["warmup_version"] = version

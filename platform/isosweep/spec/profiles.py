@@ -85,6 +85,9 @@ class Profile(Section):
     """Machine types ``node`` describes (``p5en.48xlarge``, ``a3-ultragpu-8g``); where several, ``node``
     is what all of them have at least, so a trial sized for it fits each. Cluster YAMLs that offer
     one of these types must declare at least these resources (``tests/test_clusters.py``)."""
+    gpu_memory_gib: float | None = Field(None, gt=0)
+    """Memory of one GPU in GiB as CUDA reports it (H200: ~139); the dry run's memory plan checks every grid
+    point against it (None: estimates only, nothing refused)."""
     deepspeed: DeepSpeedSettings = DeepSpeedSettings()
     """DeepSpeed settings the trainer share was sized for."""
     vllm: VllmSettings = VllmSettings()
@@ -214,12 +217,16 @@ def vllm_engine_args(profile: Profile, precision: Literal["bf16", "fp8"] | None 
     ``precision`` is the trial's ``rollout.precision``; ``None`` takes the profile's
     (``vllm.precision``, else bf16). On GPU, fp8 is vLLM's ``quantization="fp8_per_channel"``: vLLM's
     plain ``"fp8"`` only reads FP8 checkpoints, and online per-channel quantization of the bf16
-    weights is what ``isosweep.fp8`` reproduces on CPU. A CPU profile returns nothing:
-    ``llm_kwargs`` already sets what the CPU build needs.
+    weights is what ``isosweep.fp8`` reproduces on CPU. A tensor-parallel engine runs its workers as
+    processes of its actor. A CPU profile returns nothing: ``llm_kwargs`` already sets what the CPU build needs.
     """
     if profile.accelerator == "cpu":
         return {}
     args: dict[str, Any] = {"tensor_parallel_size": profile.vllm.tensor_parallel_size}
+    if profile.vllm.tensor_parallel_size > 1:
+        # the actor runs in a bundle of the trial's placement group holding all its GPUs; left to choose, vLLM
+        # would see that group and start its Ray executor, which wants a bundle per GPU of its own
+        args["distributed_executor_backend"] = "mp"
     if (precision or profile.vllm.precision or "bf16") == "fp8":
         args["quantization"] = "fp8_per_channel"
     if profile.vllm.gpu_memory_utilization is not None:

@@ -144,8 +144,9 @@ class RolloutConfig(Section):
     """Rollout engine: ``vllm`` (Ray actors serving vLLM), ``hf`` (an in-process Hugging Face model
     per trainer worker) or ``auto`` (the default: what measures fastest for the model and hardware,
     see :func:`rollout_engine`; the trial log says which and why)."""
-    precision: Literal["bf16", "fp8", "int8", "int6", "int4", "int3", "int2"] = "bf16"
-    """Rollout weights: ``bf16``, or ``fp8`` (vLLM ``quantization="fp8"`` on GPU; on CPU every linear
+    precision: Literal["bf16", "fp8", "int8", "int6", "int4", "int3", "int2"] | None = None
+    """Rollout weights. Unset (default): the hardware profile's ``vllm.precision``, else ``bf16``
+    (:func:`rollout_precision`). ``bf16``, or ``fp8`` (vLLM ``quantization="fp8"`` on GPU; on CPU every linear
     weight is rounded through float8_e4m3fn with a per-output-channel scale, activations stay bf16), or
     ``int8`` ... ``int2``: every linear weight rounded to that many bits (symmetric, per output channel)
     and served in bf16 on any engine -- a ladder of rollout errors for studying the TIS/AIS corrections,
@@ -219,7 +220,22 @@ class TrainerConfig(Section):
     num_workers: int = Field(1, gt=0)
     """Data-parallel trainer workers; each takes Bp / num_workers problems of every step."""
     zero_stage: Literal[0, 1, 2, 3] = 1
-    """DeepSpeed ZeRO stage (3 needs GPUs)."""
+    """DeepSpeed ZeRO stage (a GPU profile may fix it: ``clusters/profiles.yaml``)."""
+    micro_batch: int | None = Field(None, gt=0)
+    """Sequences per forward/backward pass on one worker; the worker's share of a step (Bp * n / num_workers
+    sequences) is split into micro-batches whose gradients accumulate into one optimizer step. None (default):
+    the whole share in one pass. The loss and the step are the same either way (up to float rounding); only
+    the memory of a pass changes."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward pass instead of keeping them: activation
+    memory of one layer instead of all, for about a third more compute per step."""
+    logprob_chunk: int = Field(1024, gt=0)
+    """Tokens per chunk of the log-prob and entropy computation: the float32 ``[tokens, vocab]`` tensors
+    exist for one chunk at a time (recomputed in the backward pass), never for a whole micro-batch."""
+    param_persistence_threshold: int | None = Field(None, ge=0)
+    """ZeRO-3 only: parameters of at most this many elements stay whole on every worker instead of being
+    partitioned (DeepSpeed's ``stage3_param_persistence_threshold``). None: DeepSpeed's default (1e5); 0
+    partitions every parameter (what the multi-worker tests of the tiny models use)."""
     launcher: Literal["auto", "ray_train", "in_process"] = "auto"
     """How the workers start: ``ray_train`` (a Ray Train ``TorchTrainer`` job per trial launch: a controller
     and worker processes, restarted by Ray Train when one dies), ``in_process`` (the one worker runs in the
@@ -291,7 +307,7 @@ class TrialConfig(Section):
         if self.model.name in SIZES and self.task.prompt_format == "chat":
             raise ValueError(f"task.prompt_format 'chat' needs a chat template, and the tiny model {self.model.name!r} "
                              "has none; allowed with a tiny model: raw or auto")
-        if self.rollout.precision.startswith("int") and get_profile(self.profile).weight_sync == "nccl":
+        if rollout_precision(self).startswith("int") and get_profile(self.profile).weight_sync == "nccl":
             raise ValueError(f"rollout.precision {self.rollout.precision!r} is emulated by rounding the weights the "
                              f"trainer sends through shared memory, and profile {self.profile!r} syncs weights over "
                              "NCCL; allowed with it: bf16 or fp8")
@@ -307,6 +323,12 @@ class TrialConfig(Section):
             raise ValueError(f"budget C = {self.budget} rollouts is smaller than one step "
                              f"(Bp * n = {self.Bp} * {self.n} = {self.Bp * self.n}); allowed: budget >= Bp * n")
         return self
+
+
+def rollout_precision(cfg: TrialConfig) -> str:
+    """The rollout weights' precision: ``rollout.precision`` where set, else the profile's ``vllm.precision``
+    (what its rollout GPUs were sized for), else ``bf16``."""
+    return cfg.rollout.precision or get_profile(cfg.profile).vllm.precision or "bf16"
 
 
 def steps(cfg: TrialConfig) -> int:
