@@ -286,3 +286,36 @@ def test_ray_actor_inside_a_placement_group(model_path: str) -> None:
         ray.shutdown()
     assert first.policy_version == 0 and second.policy_version == 9
     assert len(first.completion_ids) == 4 and first.logprobs == second.logprobs
+
+
+@pytest.mark.slow
+def test_rollout_actors_run_in_a_placement_group_of_their_own_that_release_removes(model_path: str) -> None:
+    """A trial's rollout actors take their bundles of a placement group packed as the profile says (so Ray enforces
+    the packing); the group outlives the worker that made it, so releasing the trial's actors removes it too."""
+    import time
+
+    ray = pytest.importorskip("ray")
+    from isosweep.rollout.placement import actor_names, release
+    from isosweep.rollout.pool import RolloutPool
+
+    def groups() -> list[dict]:
+        return [g for g in ray.util.placement_group_table().values()
+                if g["name"].startswith("rollout-trial1-") and g["state"] != "REMOVED"]
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        pool = RolloutPool.spawn(actor_names("trial1", "launch1", 1), model_path, MAX_NEW_TOKENS, TEMPERATURE, "bf16",
+                                 0, cpus=0.9, gpus=0.0, strategy="STRICT_PACK")
+        assert len(pool.generate(["1+2="], 2, seed=0).texts) == 2
+        [group] = groups()
+        for _ in range(50):  # the raylet reports resources a little late
+            free = ray.available_resources()
+            if free.get("CPU", 0) == pytest.approx(2 - 0.9):
+                break
+            time.sleep(0.1)
+        assert free.get("CPU", 0) == pytest.approx(2 - 0.9)  # the group's 0.9, not another 0.9 beside it
+        assert free.get(f"CPU_group_{group['placement_group_id']}", 0) == pytest.approx(0)  # the actor holds the bundle
+        assert release("trial1") == 1
+        assert groups() == []
+    finally:
+        ray.shutdown()

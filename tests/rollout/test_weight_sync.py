@@ -108,3 +108,39 @@ def test_pool_publishes_through_its_sender():
     pool = RolloutPool([], SimpleNamespace(send=lambda *args: sent.append(args)))
     pool.update_weights(state, version=5)
     assert sent == [(state, 5)] and pool.policy_version == 5
+
+
+class _Lazy(dict):
+    """A state dict whose tensors are gathered when read (as ``GatheredWeights`` under ZeRO-3): it records reads."""
+
+    def __init__(self, tensors):
+        super().__init__(tensors)
+        self.reads: list[str] = []
+
+    def __getitem__(self, name):
+        self.reads.append(name)
+        return super().__getitem__(name)
+
+    def items(self):
+        return ((name, self[name]) for name in self)
+
+    def shapes(self):
+        return {name: super(_Lazy, self).__getitem__(name).shape for name in self}
+
+
+def test_a_lazy_source_is_announced_without_gathering_and_read_whole_in_order():
+    """Under ZeRO-3 reading a weight is a collective the other trainer workers join by reading every weight in
+    order: the sender announces shapes without reading anything, then reads every weight once, in order, the
+    skipped ones too, and sends all but those."""
+    tensors = state_dict()
+    lazy = _Lazy(tensors)
+    source = StateDictSource("cpu", skip=["model.norm.weight"])
+    source.state_dict = lazy
+    meta = source.metadata()
+    assert lazy.reads == []
+    assert [m.name for m in meta] == [n for n in tensors if n != "model.norm.weight"]
+    assert [tuple(m.shape) for m in meta] == [tuple(t.shape) for n, t in tensors.items() if n != "model.norm.weight"]
+    sent = list(source)
+    assert lazy.reads == list(tensors)
+    assert [name for name, _ in sent] == [m.name for m in meta]
+    assert all(t.dtype == torch.bfloat16 and t.is_contiguous() for _, t in sent)

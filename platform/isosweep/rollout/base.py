@@ -48,6 +48,12 @@ class Rollouts:
         """Total completion tokens generated."""
         return sum(len(c) for c in self.completion_ids)
 
+    def select(self, prompts: Sequence[int], n: int) -> Rollouts:
+        """The samples of the prompts at indices ``prompts`` (in that order), ``n`` per prompt."""
+        rows = [i * n + j for i in prompts for j in range(n)]
+        return Rollouts([self.prompt_ids[r] for r in rows], [self.completion_ids[r] for r in rows],
+                        [self.logprobs[r] for r in rows], [self.texts[r] for r in rows], self.policy_version)
+
 
 class RolloutEngine(Protocol):
     """What the GRPO loop needs from a rollout engine."""

@@ -2,43 +2,17 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from torch import Tensor
 
 from isosweep.rollout.base import Rollouts, WeightSyncMode
-from isosweep.rollout.vllm import ACTOR_NAMESPACE, spawn_rollout_actor
+from isosweep.rollout.placement import ACTOR_NAMESPACE, place
+from isosweep.rollout.vllm import spawn_rollout_actor
 
 if TYPE_CHECKING:
     from isosweep.rollout.weight_sync import NcclWeightSender
-
-
-def actor_names(run_id: str, launch: str, count: int) -> list[str]:
-    """The names of the ``count`` rollout actors of one launch of a trial's workers (``run_id``: the trial launch's)."""
-    return [f"rollout-{run_id}-{launch}-{i}" for i in range(count)]
-
-
-def release(run_id: str) -> int:
-    """Kill every rollout actor of trial launch ``run_id`` still alive; returns how many.
-
-    An actor dies with the process that started it. A Ray Train worker ends with its trial, but an
-    ``in_process`` trial's starter -- a Tune trial process Tune reuses, or a study's driver running one trial
-    after another -- lives on, and its actor would keep its CPUs from the next trial's.
-    """
-    ray = sys.modules.get("ray")  # a process that never imported Ray started no actor
-    if ray is None or not ray.is_initialized():
-        return 0
-    prefix = f"rollout-{run_id}-"
-    found = [a for a in ray.util.list_named_actors(all_namespaces=True)
-             if a["namespace"] == ACTOR_NAMESPACE and a["name"].startswith(prefix)]
-    for actor in found:
-        try:
-            ray.kill(ray.get_actor(actor["name"], namespace=ACTOR_NAMESPACE))
-        except ValueError:  # gone in between
-            pass
-    return len(found)
 
 
 class RolloutPool:
@@ -58,16 +32,20 @@ class RolloutPool:
     @staticmethod
     def spawn(names: list[str], model_path: str, max_new_tokens: int, temperature: float, precision: str,
               seed: int, cpus: float, gpus: float, weight_sync: WeightSyncMode = "shm",
-              engine_kwargs: dict | None = None) -> RolloutPool:
-        """Start one named actor per name (outside the caller's placement group). With
-        ``weight_sync="nccl"`` the calling process then joins the actors' weight-transfer group as its
-        sender, on its current CUDA device: call it from the process that publishes the weights."""
+              engine_kwargs: dict | None = None, strategy: str | None = None) -> RolloutPool:
+        """Start one named actor per name, each in its bundle of a placement group (:func:`place`) packed by
+        ``strategy`` (None: outside any group). With ``weight_sync="nccl"`` the calling process then joins the
+        actors' weight-transfer group as its sender, on its current CUDA device: call it from the process that
+        publishes the weights."""
         import ray
 
+        bundle = {k: v for k, v in {"CPU": cpus, "GPU": gpus}.items() if v > 0}
+        group = place(names, [bundle] * len(names), strategy) if strategy else None
         actors = [spawn_rollout_actor(model_path, max_new_tokens=max_new_tokens, temperature=temperature,
                                       precision=precision, seed=seed, num_cpus=cpus, num_gpus=gpus, name=name,
-                                      weight_sync=weight_sync, engine_kwargs=engine_kwargs)
-                  for name in names]
+                                      weight_sync=weight_sync, engine_kwargs=engine_kwargs,
+                                      placement=None if group is None else (group, i))
+                  for i, name in enumerate(names)]
         ray.get([actor.__ray_ready__.remote() for actor in actors])  # engines up before anyone samples
         if weight_sync == "nccl":
             from isosweep.rollout.weight_sync import NcclWeightSender  # imports vllm's NCCL transfer: GPU only
@@ -102,12 +80,16 @@ class RolloutPool:
 
     def update_weights(self, state_dict: Mapping[str, Tensor], version: int, at_precision: bool = True) -> None:
         """``at_precision=False`` (bf16 weights, for an evaluation) reaches engines that round the weights
-        themselves; over NCCL vLLM's own FP8 quantization applies either way."""
+        themselves; over NCCL vLLM's own FP8 quantization applies either way.
+
+        ``state_dict`` may be lazy (:class:`isosweep.trial.learner.GatheredWeights`): over NCCL each tensor
+        goes from the GPU as it is read; through the object store each becomes a compact host copy (a view
+        into a trainer's flat buffer would ship the whole buffer)."""
         if self.sender is not None:
             self.sender.send(state_dict, version)
         else:
             import ray
 
-            ref = ray.put(dict(state_dict))
+            ref = ray.put({name: tensor.detach().cpu().clone() for name, tensor in state_dict.items()})
             ray.get([actor.update_weights.remote(ref, version, at_precision) for actor in self.actors])
         self.policy_version = version

@@ -28,7 +28,7 @@ Integer precisions (``int8`` ... ``int2``, a ladder of larger rollout errors for
 weights are rounded to that many bits per output channel (:func:`isosweep.rollout.fp8.int_roundtrip`)
 and served in bf16, on a GPU too; weight-only emulation, needing ``weight_sync="shm"``.
 
-``spawn_rollout_actor`` runs the engine as a Ray actor outside the caller's placement group.
+``spawn_rollout_actor`` runs the engine as a Ray actor, in a bundle of a placement group or outside any.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from isosweep.rollout import vllm_available  # noqa: F401  (re-exported: "is the vllm engine usable here?")
 from isosweep.rollout.base import Rollouts, WeightSyncMode
 from isosweep.rollout.fp8 import INT_BITS, rounded_state_dict
+from isosweep.rollout.placement import ACTOR_NAMESPACE
 
 if TYPE_CHECKING:
     from ray.actor import ActorHandle
@@ -291,21 +292,21 @@ class VLLMEngine:
         return Rollouts(prompt_ids, completion_ids, logprobs, texts, self.policy_version)
 
 
-ACTOR_NAMESPACE = "isosweep"
-"""Ray namespace of named rollout actors (Train workers otherwise run in anonymous namespaces)."""
-
 
 def spawn_rollout_actor(model_path: str, max_new_tokens: int, temperature: float, *, num_cpus: float = 1.0,
                         num_gpus: float = 0.0, name: str | None = None, gpu: bool | None = None,
-                        **engine: Any) -> ActorHandle:
+                        placement: tuple[Any, int] | None = None, **engine: Any) -> ActorHandle:
     """A Ray actor running :class:`VLLMEngine` (``engine``: its other arguments, ``precision``, ``seed``,
     ``engine_kwargs``, ``weight_sync``); call ``actor.generate.remote(...)`` and
     ``actor.update_weights.remote(...)``. ``gpu=None`` means ``num_gpus > 0``; ``name`` makes it
     a named actor that other trainer workers find with ``ray.get_actor(name)``; ``weight_sync="nccl"``
     readies it for :class:`isosweep.rollout.weight_sync.NcclWeightSender`.
 
-    The actor is scheduled outside any placement group the caller runs in (a Tune trial's): vLLM
-    sets up its own workers, and an actor captured into the caller's group fails or hangs.
+    ``placement``: ``(placement_group, bundle_index)``, the bundle the actor runs in (its resources must
+    be the bundle's). Without it the actor is scheduled outside any placement group the caller runs in (a
+    Tune trial's): an actor captured into a group without a bundle of its own fails or hangs. Tasks the
+    actor starts are not captured into the group (vLLM's tensor-parallel workers are processes of the
+    actor, ``distributed_executor_backend="mp"``: see ``profiles.vllm_engine_args``).
     """
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -314,7 +315,10 @@ def spawn_rollout_actor(model_path: str, max_new_tokens: int, temperature: float
     actor_class = ray.remote(VLLMEngine).options(
         num_cpus=num_cpus,
         num_gpus=num_gpus,
-        scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=None),
+        scheduling_strategy=PlacementGroupSchedulingStrategy(
+            placement_group=None if placement is None else placement[0],
+            placement_group_bundle_index=-1 if placement is None else placement[1],
+            placement_group_capture_child_tasks=False),
         runtime_env={"env_vars": engine_env(on_gpu)},
         name=name,
         namespace=ACTOR_NAMESPACE if name else None,

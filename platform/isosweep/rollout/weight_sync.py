@@ -68,22 +68,29 @@ def rank_offsets(workers: Sequence[int]) -> list[int]:
 class StateDictSource(WeightSource):
     """vLLM's ``WeightSource`` over a state dict: every tensor but ``skip``, in the dict's order,
     as a contiguous bf16 tensor on ``device``, cast as it is sent (the GPU holds vLLM's packing
-    chunks, never a bf16 copy of the whole model). Set ``state_dict`` before each send."""
+    chunks, never a bf16 copy of the whole model). Set ``state_dict`` before each send.
+
+    The state dict may be lazy (:class:`isosweep.trial.learner.GatheredWeights`: each tensor gathered
+    from its ZeRO-3 partitions when read, on the trainer's GPU): the metadata then comes from its
+    ``shapes()``, read without gathering, and iterating reads every tensor once, in order, skipped ones
+    too, so the sender joins the same gathers as the trainer workers that only drain them.
+    """
 
     def __init__(self, device: torch.device | str, skip: Sequence[str] = ()):
         self.device = torch.device(device)
         self.skip = frozenset(skip)
         self.state_dict: Mapping[str, Tensor] = {}
 
-    def _items(self) -> Iterator[tuple[str, Tensor]]:
-        return ((name, t) for name, t in self.state_dict.items() if name not in self.skip)
-
     def metadata(self) -> list[ParamMeta]:
-        return [ParamMeta(name, torch.bfloat16, tuple(t.shape)) for name, t in self._items()]
+        shapes = self.state_dict.shapes() if hasattr(self.state_dict, "shapes") else \
+            {name: t.shape for name, t in self.state_dict.items()}
+        return [ParamMeta(name, torch.bfloat16, tuple(shape)) for name, shape in shapes.items()
+                if name not in self.skip]
 
     def __iter__(self) -> Iterator[tuple[str, Tensor]]:
-        for name, t in self._items():
-            yield name, t.detach().to(self.device, torch.bfloat16).contiguous()
+        for name, t in self.state_dict.items():  # every tensor read: a read may be a collective
+            if name not in self.skip:
+                yield name, t.detach().to(self.device, torch.bfloat16).contiguous()
 
 
 class RolloutActorsClient:

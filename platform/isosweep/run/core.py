@@ -47,7 +47,7 @@ from isosweep.track.curves import without_counts
 from isosweep.track.null import NullTracker
 from isosweep.track.server import answers, ensure_server, revive
 from isosweep.trial.files import TrialDir
-from isosweep.trial.job import WORKER_RESTARTS, in_process_threads, make_torch_trainer, ray_init, run_in_process
+from isosweep.trial.job import WORKER_RESTARTS, in_process_threads, ray_init, run_in_process, run_torch_trainer
 
 TRIALS = "trials"
 
@@ -154,8 +154,7 @@ def tune_trial(config: dict) -> None:
         if launcher_choice(job.cfg)[0] == "in_process":
             run_in_process(job.cfg, trial.path, tracker=tracker, report=tune.report, threads=in_process_threads(job.cfg))
         else:
-            make_torch_trainer(job.cfg, trial.path, tracker=tracker, callbacks=[TuneReportCallback()],
-                               name=job.key).fit()
+            run_torch_trainer(job.cfg, trial.path, tracker=tracker, callbacks=[TuneReportCallback()], name=job.key)
     except BaseException as err:
         if ended():
             # Tune ended this function after the trial's last report or after an early stop (an HPO

@@ -10,7 +10,8 @@ How is the trial config's choice (``trainer.launcher``, :func:`isosweep.spec.tri
   ``TorchTrainer`` whose per-worker function is the GRPO loop; the workers report every evaluation with
   ``ray.train.report``. Resources come from the trial's hardware profile: the trainer's share is split
   across ``trainer.num_workers`` workers, and the rollout actors that rank 0 starts ask for their own
-  share outside the trainer's placement group. Ray Train restarts a worker group whose worker died.
+  share in a placement group of their own (:mod:`isosweep.rollout.placement`). Ray Train restarts a worker group
+  whose worker died.
 
 A trial's state lives in its output directory (checkpoints, metrics), not in Ray: each launch
 gets a fresh Ray Train run name, and the loop resumes from the directory's latest checkpoint.
@@ -31,6 +32,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
+from isosweep.rollout.placement import release
 from isosweep.spec.profiles import get_profile, placement_bundles
 from isosweep.spec.trial import TrialConfig, launcher_choice, resources_of, rollout_engine
 from isosweep.track.curves import without_counts
@@ -175,7 +177,6 @@ def run_in_process(cfg: TrialConfig, out: str | Path, tracker=None, report: Call
     import torch  # reason: only the process that trains loads torch (module docstring)
 
     import isosweep.trial.loop  # noqa: F401  reason: as above; timed as the launch's imports
-    from isosweep.rollout.pool import release  # reason: as above (the rollout package imports torch)
     from isosweep.trial.learner import forget_launcher_env  # reason: as above
 
     forget_launcher_env()  # an in-process launch is a world of one, whatever its parent process left in the environment
@@ -238,15 +239,26 @@ drives) dies, in the same run: the new workers resume from the trial's latest ch
 steps since it (``eval.checkpoint_every``), and rank 0's MLflow logger skips what its run already holds."""
 
 
+def run_torch_trainer(cfg: TrialConfig, out: Path, tracker=None, callbacks: list | None = None,
+                      name: str = "trial", threads: int | None = None) -> None:
+    """Run the ``ray_train`` launch of one trial (:func:`make_torch_trainer`) to its end, then free what its
+    workers left in the cluster: the placement groups of its rollout actors outlive the workers that made them."""
+    run_id = uuid.uuid4().hex[:8]  # a repeated Train run name would resume Ray's old run, not ours
+    try:
+        make_torch_trainer(cfg, out, tracker, callbacks, name, threads, run_id).fit()
+    finally:
+        release(run_id)
+
+
 def make_torch_trainer(cfg: TrialConfig, out: Path, tracker=None, callbacks: list | None = None,
-                       name: str = "trial", threads: int | None = None):
+                       name: str = "trial", threads: int | None = None, run_id: str | None = None):
     """The ``TorchTrainer`` of one trial: ``trainer.num_workers`` workers sharing the profile's
     trainer resources, each running :func:`_worker`. ``tracker`` (an
     :class:`isosweep.track.runs.MlflowTracker` in a sweep; default the null tracker) receives rank
     0's records, and with one (a null tracker included) the trial logs to its ``trial.log``; ``callbacks`` are Ray Train
     callbacks (a sweep passes Tune's). ``threads``: torch threads per worker (default: what Ray
     gives a worker of its CPU share, one thread on the tiny profile, so packed trials do not
-    oversubscribe the cores)."""
+    oversubscribe the cores). ``run_id`` names the Train run and the rollout actors (default: a new one)."""
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
@@ -254,7 +266,7 @@ def make_torch_trainer(cfg: TrialConfig, out: Path, tracker=None, callbacks: lis
 
     profile = get_profile(cfg.profile)
     workers = cfg.trainer.num_workers
-    run_id = uuid.uuid4().hex[:8]  # a repeated Train run name would resume Ray's old run, not ours
+    run_id = run_id or uuid.uuid4().hex[:8]  # a repeated Train run name would resume Ray's old run, not ours
     return TorchTrainer(
         _worker,
         train_loop_config={"cfg": cfg.model_dump(mode="json"), "out": str(out), "run_id": run_id,
@@ -305,7 +317,7 @@ def run_trial(cfg: TrialConfig, out: str | Path, address: str | None = None,
         if in_process:
             run_in_process(cfg, out, threads=threads, log=log)
         else:
-            make_torch_trainer(cfg, out, threads=threads).fit()
+            run_torch_trainer(cfg, out, threads=threads)
     finally:
         if started:
             import ray
