@@ -4,10 +4,15 @@ rollout, profiles."""
 from __future__ import annotations
 
 import os
+import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import ray
+from transformers import AutoModelForCausalLM
 
 from isosweep.rollout.hf import HFEngine
 from isosweep.spec.profiles import get_profile, load_profiles, trial_resources
@@ -199,18 +204,55 @@ def test_alpha_is_well_below_under_bf16_than_under_fp8_rollouts(base_model, tmp_
     assert alphas["fp8"] > factor * alphas["bf16"], alphas
 
 
+def _run_cli_trial(out: Path, sets: list[str], timeout_s: float) -> subprocess.CompletedProcess:
+    """``isosweep trial`` in a process group of its own, killed whole (its Ray too) if it outlives ``timeout_s``:
+    a collective that one worker never joins hangs until gloo's 30-minute timeout, and the test must fail instead."""
+    cmd = [sys.executable, "-m", "isosweep.cli", "trial", str(EASY), *[a for kv in sets for a in ("--set", kv)],
+           "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        pytest.fail(f"the trial hung (killed after {timeout_s:g} s); its last lines:\n{output[-3000:]}")
+    assert proc.returncode == 0, output[-3000:]
+    return subprocess.CompletedProcess(cmd, proc.returncode, output)
+
+
 @pytest.mark.slow
 @pytest.mark.vllm
-def test_two_workers_share_one_vllm_actor_without_stale_rollouts(base_model, tmp_path):
-    """Rank 0 starts the rollout actor and publishes; rank 1 finds it by name; a barrier after each
-    publication means neither worker samples with the previous weights (2 CPUs: 2 x 0.45 + 0.9)."""
+def test_two_zero3_workers_share_one_vllm_actor_train_and_resume(base_model, tmp_path):
+    """The multi-GPU layout on CPU: 2 trainer workers under ZeRO-3 with every parameter partitioned (persistence
+    threshold 0: each worker holds a shard, ``numel()`` 0 outside a gather) and one shared vLLM actor in the trial's
+    placement group (2 CPUs: 2 x 0.45 + 0.9). Rank 0 samples for both workers and publishes; every worker joins each
+    gather of the weights (before, only rank 0 entered them and the trial hung at the first publication). Three
+    steps, no stale rollouts, the parameter count of the whole model in the FLOPs, a KL of exactly 0 at the first
+    step (a reference partitioned like the policy); then the newest checkpoint removed and the trial resumed from
+    the one before it: the same step redone."""
     pytest.importorskip("vllm", reason="vLLM is not installed")
-    cfg = load_trial(EASY, SHORT[:-1] + ["rollout.engine=vllm", "trainer.num_workers=2"])
-    records = run_trial(cfg, tmp_path)
-    steps = TrialDir(tmp_path).steps()
-    assert [r["rollouts"] for r in records] == [0, 256, 512]
-    assert [s["step"] for s in steps] == list(range(1, 17))
+    sets = ["budget=96", "Bp=8", "n=4", "eval.every=2", "task.eval_problems=32", "rollout.engine=vllm",
+            "trainer.num_workers=2", "trainer.zero_stage=3", "trainer.param_persistence_threshold=0"]
+    _run_cli_trial(tmp_path, sets, timeout_s=480)
+    trial = TrialDir(tmp_path)
+    records, steps = trial.records(), trial.steps()
+    assert [r["rollouts"] for r in records] == [0, 64, 96]
+    assert [s["step"] for s in steps] == [1, 2, 3]
     assert all(s["rollout/policy_version"] == s["step"] - 1 for s in steps)
+    assert steps[0]["train/kl"] == 0.0
+    params = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(base_model).parameters())
+    assert [r["system/trainer_flops"] for r in records] == [6 * params * r["tokens"] for r in records]
+    assert records[-1]["system/trainer_flops"] > 0
+
+    newest = trial.checkpoints()[-1]
+    assert newest.name.endswith("3")
+    shutil.rmtree(newest)
+    resumed = _run_cli_trial(tmp_path, sets, timeout_s=480)
+    assert "resuming at step 2" in resumed.stdout
+    again = TrialDir(tmp_path)
+    assert [r["rollouts"] for r in again.records()] == [0, 64, 96]
+    assert [s["step"] for s in again.steps()] == [1, 2, 3]
+    assert again.steps()[-1]["rollout/policy_version"] == 2
 
 
 def _forever(config: dict) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import torch
@@ -103,19 +104,42 @@ def _forget_stale_deepspeed_groups() -> None:
         groups._WORLD_GROUP = None
 
 
-def deepspeed_config(cfg: TrialConfig, gpu: bool) -> dict:
-    """The DeepSpeed config of one trial: one micro-batch per step, ZeRO stage, clipping, precision.
+def micro_batches(cfg: TrialConfig, world: int) -> int:
+    """Forward/backward passes of one optimizer step on each of ``world`` workers: the worker's
+    ``Bp * n / world`` sequences in micro-batches of ``trainer.micro_batch`` (one pass when unset)."""
+    share = cfg.Bp * cfg.n // world
+    size = cfg.trainer.micro_batch or share
+    return -(-share // size)
+
+
+def zero_settings(cfg: TrialConfig) -> dict:
+    """DeepSpeed's ``zero_optimization`` section of a trial: the stage (the profile's where it fixes one)
+    and, under ZeRO-3, ``trainer.param_persistence_threshold`` where set."""
+    zero = dict(deepspeed_overrides(get_profile(cfg.profile), cfg.trainer.zero_stage)["zero_optimization"])
+    if zero["stage"] == 3 and cfg.trainer.param_persistence_threshold is not None:
+        zero["stage3_param_persistence_threshold"] = cfg.trainer.param_persistence_threshold
+    return zero
+
+
+def uses_bf16(cfg: TrialConfig, gpu: bool) -> bool:
+    """Whether the trainer (and so the reference model) runs in bf16: on a GPU, as the profile decides."""
+    return gpu and deepspeed_overrides(get_profile(cfg.profile), cfg.trainer.zero_stage)["bf16"]["enabled"]
+
+
+def deepspeed_config(cfg: TrialConfig, gpu: bool, world: int = 1) -> dict:
+    """The DeepSpeed config of one trial on ``world`` workers: gradient accumulation over the step's
+    micro-batches (:func:`micro_batches`; the loss of each is already weighted, so DeepSpeed's sizes
+    are nominal), ZeRO stage, clipping, precision.
 
     The ZeRO stage and bf16 come from the hardware profile where it fixes them (a GPU profile's
     trainer memory was sized for its stage), else from the trial; bf16 only ever on a GPU.
     """
-    decided = deepspeed_overrides(get_profile(cfg.profile), cfg.trainer.zero_stage)
     return {
         "train_micro_batch_size_per_gpu": 1,
-        "gradient_accumulation_steps": 1,
+        "gradient_accumulation_steps": micro_batches(cfg, world),
         "gradient_clipping": cfg.algorithm.grad_clip,
-        "zero_optimization": decided["zero_optimization"],
-        "bf16": {"enabled": gpu and decided["bf16"]["enabled"]},
+        "zero_optimization": zero_settings(cfg),
+        "bf16": {"enabled": uses_bf16(cfg, gpu)},
         "steps_per_print": 2**31 - 1,
         "wall_clock_breakdown": False,
     }
@@ -141,14 +165,85 @@ def param_groups(policy: torch.nn.Module, cfg: TrialConfig) -> list[dict]:
 
 
 def make_learner(policy: torch.nn.Module, cfg: TrialConfig, gpu: bool):
-    """Wrap ``policy`` in a DeepSpeed engine with AdamW at the square-root-scaled learning rate."""
+    """Wrap ``policy`` in a DeepSpeed engine with AdamW at the square-root-scaled learning rate, with
+    gradient checkpointing where ``trainer.gradient_checkpointing`` asks for it."""
     if not gpu:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     import deepspeed
 
+    if cfg.trainer.gradient_checkpointing:
+        # non-reentrant: the reentrant variant drops the gradients of inputs that need none (the embeddings' output)
+        policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    world = dist.get_world_size() if dist.is_initialized() else 1
     optimizer = torch.optim.AdamW(param_groups(policy, cfg), lr=learning_rate(cfg), betas=(0.9, 0.99), weight_decay=0.0)
-    engine, *_ = deepspeed.initialize(model=policy, optimizer=optimizer, config=deepspeed_config(cfg, gpu))
+    engine, *_ = deepspeed.initialize(model=policy, optimizer=optimizer, config=deepspeed_config(cfg, gpu, world))
     return engine
+
+
+def make_reference(reference: torch.nn.Module, cfg: TrialConfig, gpu: bool, device: torch.device):
+    """The frozen reference model on ``device``, stored as the policy is: bf16 where the trainer runs in bf16
+    (a float32 reference beside a bf16 policy makes the KL non-zero at step 0), and under ZeRO-3
+    partitioned over the workers like the policy (a DeepSpeed engine without an optimizer: a whole copy on
+    every GPU would be 2 bytes per parameter on each). Call it on every worker: under ZeRO-3 its forward
+    gathers parameters, a collective."""
+    reference = reference.eval().requires_grad_(False)
+    dtype = torch.bfloat16 if uses_bf16(cfg, gpu) else torch.float32
+    zero = zero_settings(cfg)
+    if zero["stage"] != 3:
+        return reference.to(device=device, dtype=dtype)
+    import deepspeed
+
+    config = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": zero, "bf16": {"enabled": dtype == torch.bfloat16},
+              "steps_per_print": 2**31 - 1}
+    engine, *_ = deepspeed.initialize(model=reference, config=config)
+    engine.eval()  # DeepSpeed's returns None
+    return engine
+
+
+class GatheredWeights(Mapping):
+    """The model's weights, whole, by name, each gathered when it is read (a read-only mapping in
+    ``state_dict`` order).
+
+    Under ZeRO-3 every parameter is partitioned over the workers, and reading one is an all-gather: a
+    collective that every worker must join, in the same order. So every worker reads every weight, in
+    order (:meth:`drain` for the workers that need none of them), one at a time: never the whole model
+    at once on a GPU. A read under ZeRO-3 returns a copy on the learner's device; otherwise the
+    learner's own tensor (a view into DeepSpeed's flat buffers: copy it to keep it).
+    """
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.module = engine.module
+        self.tensors = self.module.state_dict(keep_vars=True)
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        tensor = self.tensors[name]
+        if not hasattr(tensor, "ds_id"):  # not a ZeRO-3 parameter: whole on every worker
+            return tensor.detach()
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters([tensor]):
+            return tensor.detach().clone()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.tensors)
+
+    def __len__(self) -> int:
+        return len(self.tensors)
+
+    def shapes(self) -> dict[str, torch.Size]:
+        """Every weight's whole shape, read without gathering anything."""
+        return {name: getattr(t, "ds_shape", t.shape) for name, t in self.tensors.items()}
+
+    def drain(self) -> None:
+        """Read every weight and drop it: a worker's part in the collectives of a read on another worker."""
+        for name in self:
+            self[name]
+
+
+def parameter_count(module: torch.nn.Module) -> int:
+    """Parameters of ``module``, whole: a ZeRO-3 partitioned parameter counts its full size, not its shard."""
+    return sum(getattr(p, "ds_numel", p.numel()) for p in module.parameters())
 
 
 def schedule_rate(engine, cfg: TrialConfig, step: int) -> float:
@@ -160,19 +255,20 @@ def schedule_rate(engine, cfg: TrialConfig, step: int) -> float:
     return learning_rate(cfg) * fraction
 
 
-def gathered_state_dict(engine) -> dict[str, torch.Tensor]:
-    """Full (unpartitioned) weights of the model on every rank, as CPU tensors with their own storage.
+def gathered_state_dict(engine, keep: bool = True) -> dict[str, torch.Tensor]:
+    """Full (unpartitioned) weights of the model as CPU tensors with their own storage; ``{}`` where
+    ``keep`` is False. Call it on every worker (under ZeRO-3 each weight is gathered, one at a time:
+    :class:`GatheredWeights`); only the workers that keep the weights hold a host copy.
 
     Under ZeRO the parameters are views into DeepSpeed's flat buffers; serialising a view
     serialises its whole buffer, which made every weight publication ship the buffer once per
-    tensor (0.42 s a step for the 1M model, against 0.04 s for compact copies).
+    tensor, so the copies are compact.
     """
-    if engine.zero_optimization_stage() == 3:
-        import deepspeed
-
-        with deepspeed.zero.GatheredParameters(list(engine.module.parameters())):
-            return {k: v.detach().cpu().clone() for k, v in engine.module.state_dict().items()}
-    return {k: v.detach().cpu().clone() for k, v in engine.module.state_dict().items()}
+    weights = GatheredWeights(engine)
+    if not keep:
+        weights.drain()
+        return {}
+    return {name: tensor.cpu().clone() for name, tensor in weights.items()}
 
 
 def save_state(engine, directory: Path) -> None:

@@ -42,30 +42,31 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch import Tensor
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from isosweep.algo.correction import ais_alpha, ais_weights, mismatch_metrics, tis_weights
 from isosweep.algo.estimators import summarize
-from isosweep.algo.grpo import entropy_from_logits, group_advantages, grpo_loss, k3_kl, token_logprobs
+from isosweep.algo.grpo import group_advantages
 from isosweep.models.problemsets import probe_pass_rates, select
 from isosweep.models.tokenizer import chat_prompt
 from isosweep.models.warmup import PROBE_FILE, resolve_model
 from isosweep.rollout.base import RolloutEngine, Rollouts, TemplatedEngine
 from isosweep.rollout.fp8 import INT_BITS
 from isosweep.rollout.hf import HFEngine
-from isosweep.rollout.pool import RolloutPool, actor_names
+from isosweep.rollout.placement import actor_names, release
+from isosweep.rollout.pool import RolloutPool
 from isosweep.rollout.vllm import VLLMEngine
-from isosweep.spec.profiles import get_profile, vllm_engine_args
+from isosweep.spec.profiles import get_profile, placement_bundles, vllm_engine_args
 from isosweep.spec.trial import (
     DIFFICULTY_BANDS,
     TrialConfig,
     engine_choice,
-    entropy_coef,
     eval_steps,
     kl_coef,
     learning_rate,
     resolve_prompt_format,
     rollout_engine,
+    rollout_precision,
     steps,
     task_of,
 )
@@ -74,13 +75,17 @@ from isosweep.tasks import Problem, Task
 from isosweep.track.curves import COUNTS_KEY, EVAL_SET_KEY, SAMPLES_KEY
 from isosweep.trial.files import TrialDir, disk_full, kill_point, out_of_space
 from isosweep.trial.learner import (
+    GatheredWeights,
     gathered_state_dict,
     init_distributed,
     load_state,
     make_learner,
+    make_reference,
+    parameter_count,
     save_state,
     schedule_rate,
 )
+from isosweep.trial.step import micro_slices, policy_update
 
 PROBE_POOL, PROBE_SAMPLES = 1024, 8
 """Pool size and samples per problem when a non-tiny model's problem sets must be probed."""
@@ -200,19 +205,20 @@ def make_engine(cfg: TrialConfig, model_path: str, tokenizer, rank: int, run_id:
     """The rollout engine of ``cfg.rollout.engine`` and whether it is shared by all trainer workers.
 
     ``hf``: an in-process model per worker. ``vllm``: inside a Ray job, ``cfg.rollout.actors``
-    vLLM actors that rank 0 starts and every rank shares (rank 0 alone publishes weights);
-    outside Ray, one in-process vLLM engine.
+    vLLM actors that rank 0 starts in a placement group of the profile's packing, samples from and
+    publishes to for every worker; outside Ray, one in-process vLLM engine.
     """
+    precision = rollout_precision(cfg)
     if rollout_engine(cfg) == "hf":
         model = load_policy(model_path)
         model.to("cuda" if torch.cuda.is_available() else "cpu")
         return HFEngine(model, tokenizer, cfg.rollout.max_new_tokens, cfg.rollout.temperature,
-                        precision=cfg.rollout.precision), False
+                        precision=precision), False
     import ray
 
     if not ray.is_initialized():
         return VLLMEngine(model_path, cfg.rollout.max_new_tokens, cfg.rollout.temperature,
-                          precision=cfg.rollout.precision, seed=cfg.seed), False
+                          precision=precision, seed=cfg.seed), False
     profile = get_profile(cfg.profile)
     # A name per launch of the worker group: after a worker dies, Ray Train restarts the group in the same run,
     # and the dead group's actors may still hold their names while Ray reclaims them.
@@ -222,13 +228,151 @@ def make_engine(cfg: TrialConfig, model_path: str, tokenizer, rank: int, run_id:
     names = actor_names(run_id, launch[0], cfg.rollout.actors)
     pool = None
     if rank == 0:
+        release(run_id)  # an earlier launch's actors and placement group (a restarted worker group)
+        strategy = placement_bundles(profile, cfg.trainer.num_workers, cfg.rollout.actors)[1]
         pool = RolloutPool.spawn(names, model_path, cfg.rollout.max_new_tokens, cfg.rollout.temperature,
-                                 cfg.rollout.precision, cfg.seed, profile.rollout.CPU, profile.rollout.GPU,
-                                 weight_sync=profile.weight_sync,
-                                 engine_kwargs=vllm_engine_args(profile, cfg.rollout.precision))
+                                 precision, cfg.seed, profile.rollout.CPU, profile.rollout.GPU,
+                                 weight_sync=profile.weight_sync, engine_kwargs=vllm_engine_args(profile, precision),
+                                 strategy=strategy)
     if dist.get_world_size() > 1:
         dist.barrier()
     return pool or RolloutPool.attach(names), True
+
+
+@dataclass(frozen=True)
+class Worker:
+    """This trainer worker among the others of its trial."""
+
+    rank: int
+    world: int
+    device: torch.device
+    shared_engine: bool
+    """Whether every worker uses the same rollout engines (rank 0's vLLM actors) or has its own."""
+
+    @property
+    def drives_engine(self) -> bool:
+        """Whether this worker samples from and publishes to its engine (with shared engines, rank 0 alone)."""
+        return self.rank == 0 or not self.shared_engine
+
+
+def decide_once(decide: Callable[[], object], rank: int, world: int):
+    """``decide()`` run on rank 0 alone and its result on every rank; if it raised, every rank raises (rank 0 its
+    own error, the others a ``RuntimeError`` naming it), so no rank waits for a decision that never comes.
+
+    For what must agree across workers and may differ if each computed it (a probe of problem difficulty through
+    shared engines: GPU sampling is not batch-invariant)."""
+    result, error = None, None
+    if rank == 0:
+        try:
+            result = decide()
+        except Exception as e:
+            error = e
+    if world > 1:
+        box = [(result, None if error is None else f"{type(error).__name__}: {error}")]
+        dist.broadcast_object_list(box, src=0)
+        result, message = box[0]
+        if rank != 0 and message is not None:
+            raise RuntimeError(f"rank 0 failed to decide: {message}")
+    if error is not None:
+        raise error
+    return result
+
+
+def publish(engine: RolloutEngine, learner, worker: Worker, version: int, at_precision: bool = True) -> None:
+    """Serve the learner's weights as policy ``version``. Call it on every worker: under ZeRO-3 each weight is
+    gathered from its partitions (a collective, :class:`GatheredWeights`) one at a time; the workers that drive
+    an engine send each as it comes, the others only join the gathers; with shared engines no worker goes on
+    before rank 0 has published."""
+    weights = GatheredWeights(learner)
+    if worker.drives_engine:
+        engine.update_weights(weights, version=version, at_precision=at_precision)
+    else:
+        weights.drain()
+    if worker.shared_engine and worker.world > 1:
+        dist.barrier()
+
+
+def sample(engine: RolloutEngine, problems: list[Problem], n: int, seed: int, worker: Worker) -> Rollouts:
+    """This worker's share of the step's rollouts: ``n`` completions of each of ``problems[rank::world]``.
+
+    With shared engines rank 0 asks for the whole step in one call (an engine serves one call at a time: a call
+    per worker would run the engines' batches one after another) and hands each worker its share."""
+    if not worker.shared_engine:
+        mine = problems[worker.rank::worker.world]
+        return engine.generate([p.prompt for p in mine], n, seed=seed * 64 + worker.rank)
+    shares = None
+    if worker.rank == 0:
+        rollouts = engine.generate([p.prompt for p in problems], n, seed=seed * 64)
+        shares = [rollouts.select(range(r, len(problems), worker.world), n) for r in range(worker.world)]
+    if worker.world == 1:
+        return shares[0]
+    box = [None]
+    dist.scatter_object_list(box, shares, src=0)
+    return box[0]
+
+
+def agreed_widths(attention: Tensor, parts: list[slice], worker: Worker) -> list[int]:
+    """Columns of each micro-batch, the largest over the workers: under ZeRO-3 every forward gathers
+    parameters layer by layer and the output head chunk by chunk (:mod:`isosweep.trial.step`), so every worker
+    must run micro-batches of the same shape."""
+    widths = torch.tensor([int(attention[rows].sum(dim=1).max()) for rows in parts], device=worker.device)
+    if dist.is_initialized():  # on the device, as every collective here (see mean_over_workers)
+        dist.all_reduce(widths, op=dist.ReduceOp.MAX)
+    return [int(w) for w in widths.tolist()]
+
+
+def evaluate_step(engine: RolloutEngine, learner, sets: ProblemSets, cfg: TrialConfig, worker: Worker, step: int,
+                  records: list[dict], exact_weights: bool) -> dict | None:
+    """Rank 0's evaluation of the weights after ``step`` steps (None where its record exists: a resumed run), on
+    every rank. ``exact_weights``: the rollout copy is rounded below bf16, so the bf16 weights are evaluated and
+    the rounded copy restored after (every rank joins the gathers)."""
+    exact = gathered_state_dict(learner, keep=worker.rank == 0) if exact_weights else None
+    scores = None
+    if worker.rank == 0 and not (records and records[-1]["step"] == step):
+        t_eval = time.perf_counter()
+        if exact is not None:
+            engine.update_weights(exact, version=step, at_precision=False)
+        scores = evaluate(engine, sets.eval, cfg)
+        if exact is not None:
+            engine.update_weights(exact, version=step)
+        scores["time/eval_s"] = time.perf_counter() - t_eval
+    return _broadcast(scores, worker.world)
+
+
+def train_step(cfg: TrialConfig, engine: RolloutEngine, learner, reference, sets: ProblemSets, task: Task,
+               worker: Worker, step: int, pad_id: int, with_reference: bool) -> dict[str, float]:
+    """One GRPO step on every worker: sample, reward, group advantages, one micro-batched optimizer step
+    (:func:`isosweep.trial.step.policy_update`), publish the new weights as version ``step + 1``; returns the
+    step's statistics averaged over the workers, with its timings."""
+    t_step = time.perf_counter()
+    problems = batch_problems(sets.train, cfg.Bp, step, cfg.seed)
+    rollouts = sample(engine, problems, cfg.n, cfg.seed * 1_000_003 + step, worker)
+    if rollouts.policy_version != step:
+        raise RuntimeError(f"stale rollouts: policy version {rollouts.policy_version}, trainer at {step}")
+    mine = problems[worker.rank::worker.world]
+    t1 = time.perf_counter()
+    rewards = torch.tensor([task.reward(mine[i // cfg.n], text) for i, text in enumerate(rollouts.texts)])
+    advantages, adv_stats = group_advantages(rewards.view(len(mine), cfg.n), cfg.algorithm.scale_adv_by_std)
+    batch = {k: v.to(worker.device) for k, v in pack(rollouts, pad_id).items()}
+    parts = micro_slices(len(rollouts.texts), cfg.trainer.micro_batch)
+    t2 = time.perf_counter()
+    rate = schedule_rate(learner, cfg, step)
+    update = policy_update(learner, reference, batch, advantages.reshape(-1).to(worker.device), cfg,
+                           with_reference=with_reference, widths=agreed_widths(batch["attention"], parts, worker))
+    t3 = time.perf_counter()
+    publish(engine, learner, worker, step + 1)  # before the next rollout
+    t4 = time.perf_counter()
+    stats = mean_over_workers({
+        "train/reward": float(rewards.mean()),
+        **update.metrics(),
+        "train/frac_zero_std": float(adv_stats["frac_zero_std"]),
+        "rollout/length": rollouts.num_tokens / len(rollouts.texts),
+        "rollout/tokens": float(rollouts.num_tokens),
+    }, worker)
+    return {**stats, "train/grad_norm": update.grad_norm, "train/lr": rate, "train/micro_batches": update.micro_batches,
+            "rollout/policy_version": rollouts.policy_version, "time/generate_s": t1 - t_step,
+            "time/reward_s": t2 - t1, "time/train_s": t3 - t2, "time/sync_s": t4 - t3,
+            "time/step_s": time.perf_counter() - t_step}
 
 
 def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = print,
@@ -242,7 +386,8 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
 
     Runs on every trainer worker (``report`` is ``ray.train.report`` inside a Ray Train job):
     each worker takes its share of the step's problems, DeepSpeed averages the gradients, rank 0
-    evaluates, checkpoints, writes the metrics and publishes the weights to shared rollout actors.
+    evaluates, checkpoints, writes the metrics and, with shared rollout engines, samples for every
+    worker and publishes the weights.
     """
     trial = TrialDir(out)
     gpu = torch.cuda.is_available()
@@ -260,44 +405,40 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     prompt_format, prompt_why = resolve_prompt_format(tokenizer, cfg.task.prompt_format)
     policy = load_policy(model_path)
-    reference = copy.deepcopy(policy).eval().requires_grad_(False)
+    params = parameter_count(policy)  # before ZeRO-3 partitions it
+    reference = copy.deepcopy(policy)  # before DeepSpeed wraps the policy
     lap("model")
     engine, shared_engine = make_engine(cfg, model_path, tokenizer, rank, run_id)
     if prompt_format == "chat":  # from here on every prompt sampled -- probe, training, eval -- is wrapped
         engine = TemplatedEngine(engine, functools.partial(chat_prompt, tokenizer))
     lap("engine")
-    sets = problem_sets(cfg, model_path, engine)
+    sets = decide_once(lambda: problem_sets(cfg, model_path, engine), rank, world)
     if rank == 0:
         refuse_other_eval_set(trial, sets.eval)
     task = task_of(cfg.task)
     lap("problems")
     learner = make_learner(policy, cfg, gpu)
+    reference = make_reference(reference, cfg, gpu, learner.device)
+    worker = Worker(rank, world, learner.device, shared_engine)
     lap("learner")
-    device = learner.device
-    reference.to(device)
     total_steps, per_step = steps(cfg), cfg.Bp * cfg.n
     evals = set(eval_steps(cfg))
-    kl_weight, entropy_weight = kl_coef(cfg), entropy_coef(cfg)
-    params = sum(p.numel() for p in policy.parameters())
-    publisher = rank == 0 or not shared_engine
-    rounded_copy = cfg.rollout.precision in INT_BITS or (
-        cfg.rollout.precision == "fp8" and not (gpu and rollout_engine(cfg) == "vllm"))
+    precision = rollout_precision(cfg)
+    exact_weights = precision in INT_BITS or (precision == "fp8" and not (gpu and rollout_engine(cfg) == "vllm"))
 
     state = resume(trial, learner, rank, world, log)
     step, tokens, wall = state["step"], state["tokens"], state["wall_s"]
     records = trial.records() if rank == 0 else []
-    if publisher:
-        engine.update_weights(gathered_state_dict(learner), version=step)
-    if world > 1:
-        dist.barrier()
+    publish(engine, learner, worker, step)
     lap("resume")
     best = max((r[f"eval/mean@{cfg.eval.k}"] for r in records), default=-1.0)
     if rank == 0:
         engine_name, why = engine_choice(cfg)
         log(f"[trial] {cfg.task.name}/{cfg.task.difficulty} {cfg.model.name}: {len(sets.train)} train / "
             f"{len(sets.eval)} eval problems, Bp={cfg.Bp} n={cfg.n} M={total_steps} lr={learning_rate(cfg):.2e} "
-            f"rollouts={engine_name}/{cfg.rollout.precision} ({why}) correction={cfg.algorithm.correction} "
+            f"rollouts={engine_name}/{precision} ({why}) correction={cfg.algorithm.correction} "
             f"workers={world} threads={torch.get_num_threads()}"
+            + (f" micro_batch={cfg.trainer.micro_batch}" if cfg.trainer.micro_batch else "")
             + (f" eval_temperature={cfg.eval.temperature:g}" if cfg.eval.temperature is not None else "")
             + (f", resuming at step {step}" if step else ""))
         log(f"[trial] prompts: {prompt_format} ({prompt_why})")
@@ -306,26 +447,13 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
     started = time.perf_counter() - wall
     while True:
         if step in evals:
-            record = None  # rank 0 evaluates unless this step's record exists (a resumed run)
-            # a rollout copy rounded below bf16 is not the model being trained: evaluate its bf16 weights (where the
-            # engine rounds them itself; vLLM's own FP8 on a GPU quantizes whatever it is sent)
-            exact = gathered_state_dict(learner) if rounded_copy else None  # all ranks (ZeRO-3)
-            if rank == 0 and not (records and records[-1]["step"] == step):
-                t_eval = time.perf_counter()
-                if exact is not None:
-                    engine.update_weights(exact, version=step, at_precision=False)
-                scores = evaluate(engine, sets.eval, cfg)
-                if exact is not None:
-                    engine.update_weights(exact, version=step)
+            scores = evaluate_step(engine, learner, sets, cfg, worker, step, records, exact_weights)
+            if scores is not None:
                 record = {"step": step, "rollouts": step * per_step, "tokens": tokens,
                           "system/trainer_flops": 6 * params * tokens, PROMPT_FORMAT_KEY: prompt_format,
-                          **scores, **_average(window, step)}
-                record["time/eval_s"] = time.perf_counter() - t_eval
-                record["system/wall_s"] = time.perf_counter() - started
-                record.update(startup)
+                          **scores, **_average(window, step), "system/wall_s": time.perf_counter() - started,
+                          **startup}
                 startup = {}
-            record = _broadcast(record, world)
-            if record is not None:
                 is_best = record[f"eval/mean@{cfg.eval.k}"] > best
                 best = max(best, record[f"eval/mean@{cfg.eval.k}"])
                 save_checkpoint(trial, learner, tokenizer, record, is_best, rank, world)
@@ -348,74 +476,12 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
                 log(f"[trial] stopped at step {step}/{total_steps}: {trial.stop_reason()}")
                 trial.acknowledge_stop(step)
             return records
-
-        # 1. sample n completions for each of this worker's Bp / world problems
-        t_step = time.perf_counter()
-        problems = batch_problems(sets.train, cfg.Bp, step, cfg.seed)[rank::world]
-        t0 = time.perf_counter()
-        rollouts = engine.generate([p.prompt for p in problems], cfg.n, seed=(cfg.seed * 1_000_003 + step) * 64 + rank)
-        if rollouts.policy_version != step:
-            raise RuntimeError(f"stale rollouts: policy version {rollouts.policy_version}, trainer at {step}")
-        t1 = time.perf_counter()
-        # 2. reward and group advantages
-        rewards = torch.tensor([task.reward(problems[i // cfg.n], text) for i, text in enumerate(rollouts.texts)])
-        advantages, adv_stats = group_advantages(rewards.view(len(problems), cfg.n), cfg.algorithm.scale_adv_by_std)
-        advantages = advantages.reshape(-1).to(device)
-        batch = {k: v.to(device) for k, v in pack(rollouts, tokenizer.pad_token_id).items()}
-        mask = batch["mask"]
-        t2 = time.perf_counter()
-        # 3. the trainer recomputes log-probs of the sampled tokens (and the reference's)
-        learner.train()
-        logits = learner(input_ids=batch["ids"], attention_mask=batch["attention"]).logits[:, :-1].float()
-        logp = token_logprobs(logits, batch["ids"][:, 1:], cfg.rollout.temperature)
-        ref_logp = None  # the reference's forward: for the loss when the KL weight is non-zero, else a health sample
-        if kl_weight > 0 or step % cfg.algorithm.kl_every == 0 or step + 1 in evals:  # every eval record has one
-            with torch.no_grad():
-                ref_logits = reference(input_ids=batch["ids"], attention_mask=batch["attention"]).logits[:, :-1]
-                ref_logp = token_logprobs(ref_logits.float(), batch["ids"][:, 1:], cfg.rollout.temperature)
-        old_logp = logp.detach()
-        mismatch = mismatch_metrics(old_logp, batch["rollout_logp"], mask)
-        alpha, ais_stats = ais_alpha(old_logp, batch["rollout_logp"], advantages, mask, cfg.algorithm.is_cap,
-                                     cfg.algorithm.ais_delta, cfg.algorithm.ais_beta, cfg.algorithm.ais_gamma)
-        weights = {
-            "none": lambda: None,
-            "tis": lambda: tis_weights(old_logp, batch["rollout_logp"], mask, cfg.algorithm.is_cap)[0],
-            "ais": lambda: ais_weights(old_logp, batch["rollout_logp"], mask, alpha, cfg.algorithm.is_cap),
-        }[cfg.algorithm.correction]()
-        t3 = time.perf_counter()
-        # 4. one GRPO step (DeepSpeed averages gradients across workers and clips them)
-        entropy = entropy_from_logits(logits / cfg.rollout.temperature, mask)
-        loss, loss_stats = grpo_loss(
-            logp, old_logp, advantages, mask, cfg.algorithm.clip_low, cfg.algorithm.clip_high,
-            kl_coef=kl_weight, ref_logp=ref_logp, entropy_coef=entropy_weight, entropy=entropy, weights=weights)
-        learner.backward(loss)
-        rate = schedule_rate(learner, cfg, step)
-        learner.step()
-        grad_norm = learner.get_global_grad_norm()
-        t4 = time.perf_counter()
-        # 5. publish the new weights before the next rollout
+        # the reference's forward: for the loss when the KL weight is non-zero, else a health sample (every eval
+        # record has one); the same decision on every worker (under ZeRO-3 its forward is collective)
+        with_reference = kl_coef(cfg) > 0 or step % cfg.algorithm.kl_every == 0 or step + 1 in evals
+        stats = train_step(cfg, engine, learner, reference, sets, task, worker, step, tokenizer.pad_token_id,
+                           with_reference)
         step += 1
-        if publisher:
-            engine.update_weights(gathered_state_dict(learner), version=step)
-        if shared_engine and world > 1:
-            dist.barrier()  # no worker samples before rank 0 has published version `step`
-        t5 = time.perf_counter()
-
-        stats = _all_mean({
-            "train/reward": float(rewards.mean()),
-            **({"train/kl": float(k3_kl(old_logp, ref_logp, mask))} if ref_logp is not None else {}),
-            "train/entropy": float(entropy.detach()),
-            "train/loss": float(loss.detach()),
-            "train/frac_zero_std": float(adv_stats["frac_zero_std"]),
-            "train/clip_frac": float(loss_stats["clip_frac"]),
-            "rollout/length": rollouts.num_tokens / len(rollouts.texts),
-            "rollout/tokens": float(rollouts.num_tokens),
-            **{f"mismatch/{key}": float(value) for key, value in mismatch.items()},
-            **{f"ais/{key}": float(value) for key, value in ais_stats.items()},
-        }, world)
-        stats.update({"train/grad_norm": float(grad_norm or 0.0), "train/lr": rate, "rollout/policy_version": rollouts.policy_version,
-                      "time/generate_s": t1 - t0, "time/reward_s": t2 - t1, "time/logprob_s": t3 - t2,
-                      "time/train_s": t4 - t3, "time/sync_s": t5 - t4, "time/step_s": time.perf_counter() - t_step})
         tokens += int(round(stats["rollout/tokens"] * world))
         window.append(stats)
         if rank == 0:
@@ -439,13 +505,15 @@ def _average(window: list[dict[str, float]], step: int) -> dict[str, float | Non
     return {key: sum(values) / len(values) for key, values in measured.items()}
 
 
-def _all_mean(stats: dict[str, float], world: int) -> dict[str, float]:
-    """Average scalar statistics over trainer workers (the identity for one worker)."""
-    if world == 1:
+def mean_over_workers(stats: dict[str, float], worker: Worker) -> dict[str, float]:
+    """Average scalar statistics over trainer workers, reduced on the worker's device (NCCL reduces GPU tensors
+    only, so a CPU tensor fails there: the reduction runs in a world of one too, where a GPU can show it). Every
+    worker must hold the same keys."""
+    if not dist.is_initialized():
         return stats
-    values = torch.tensor(list(stats.values()), dtype=torch.float64)
+    values = torch.tensor(list(stats.values()), dtype=torch.float64, device=worker.device)
     dist.all_reduce(values)
-    return dict(zip(stats, (values / world).tolist()))
+    return dict(zip(stats, (values / worker.world).tolist()))
 
 
 def _broadcast(obj, world: int):
@@ -476,7 +544,7 @@ def save_checkpoint(trial: TrialDir, learner, tokenizer, record: dict | None, is
         tmp.mkdir(parents=True)
     if world > 1:
         dist.barrier()
-    weights = gathered_state_dict(learner)
+    weights = gathered_state_dict(learner, keep=rank == 0)  # every rank joins the gathers; rank 0 writes them
     try:
         save_state(learner, tmp / "deepspeed")
         if rank == 0:
