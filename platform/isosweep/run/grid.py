@@ -33,6 +33,7 @@ from isosweep.run.core import (
     trial_of,
 )
 from isosweep.run.lock import release_study
+from isosweep.run.plan import check_memory
 from isosweep.spec.grid import Sweep
 from isosweep.spec.trial import steps
 from isosweep.spec.yamlio import ConfigError
@@ -100,7 +101,9 @@ def run_sweep(sweep: Sweep, runs_root: str | Path = "runs/sweeps", dashboards: s
               address: str | None = None, log: Callable[[str], None] = say, progress_every_s: float = 30.0,
               concurrency: int | None = None) -> Analysis | None:
     """Run (or resume) ``sweep``; returns the frontier analysis, or None if it was interrupted. ``concurrency``:
-    at most this many trials at once (default: as many as the cluster fits)."""
+    at most this many trials at once (default: as many as the cluster fits). A grid point that does not fit its
+    profile's GPUs stops it before anything is written (:func:`isosweep.run.plan.check_memory`)."""
+    check_memory(sweep)
     check_problem_sets([p.cfg for p in sweep.trials], sweep.path, log)
     sweep_out, uri = open_study(sweep.sweep_id, runs_root, log)
     try:

@@ -6,7 +6,8 @@ on a cluster is read from its YAML: each worker node type's ``resources`` times 
 count is per node (``floor(node GPUs / trial GPUs)``) summed over the nodes the cluster can
 grow to. GPU-hours come from the sweep's ``estimate`` section (FLOPs per rollout
 ``12 * params * tokens``, divided by the GPU's peak times the utilisation achieved). Without an estimate
-the plan says so.
+the plan says so. On GPU profiles it also prints the memory of each grid point per trainer rank and per
+rollout GPU (:mod:`isosweep.run.memory`); :func:`check_memory` refuses a sweep with a point that does not fit.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import math
 import re
 from pathlib import Path
 
-from isosweep.spec.grid import Sweep
+from isosweep.run.memory import TrialMemory, memory_table, plan_trials, refuse_unfit
+from isosweep.spec.grid import EstimateSpec, Sweep
+from isosweep.spec.hpo import HPOStudy
 from isosweep.spec.profiles import get_profile
 from isosweep.spec.trial import eval_steps, learning_rate, resources_of, rollout_engine, steps
 from isosweep.spec.yamlio import ConfigError, read_yaml
@@ -79,6 +82,31 @@ def trial_gpu_hours(sweep: Sweep, cfg) -> float | None:
     return flops / (estimate.flops_per_gpu * estimate.utilisation) / 3600
 
 
+def prompt_tokens(study: Sweep | HPOStudy) -> int:
+    """The longest prompt the memory plan pads sequences to: a sweep's ``estimate.prompt_tokens``, else its default."""
+    estimate = study.spec.estimate if isinstance(study, Sweep) else None
+    return estimate.prompt_tokens if estimate else EstimateSpec.model_fields["prompt_tokens"].default
+
+
+def study_memory(study: Sweep | HPOStudy) -> list[TrialMemory]:
+    """The memory plan of every distinct trial shape of a study on GPU profiles (seeds share one): a sweep's grid
+    points, or an HPO study's full-fidelity trial at each model size (its search space changes no shape)."""
+    if isinstance(study, Sweep):
+        first: dict[str, tuple] = {}
+        for p in study.trials:
+            first.setdefault(p.config_key, (p.key, p.cfg))
+        points = list(first.values())
+    else:
+        low = {k: r.low for k, r in study.spec.space.items()}
+        points = [(size, study.trial_config(low, size, study.budget)) for size, _ in study.space.ladder]
+    return plan_trials(points, prompt_tokens(study))
+
+
+def check_memory(study: Sweep | HPOStudy) -> None:
+    """A :class:`ConfigError` naming each grid point (or HPO size) that does not fit its profile's GPUs."""
+    refuse_unfit(study_memory(study), study.path)
+
+
 def plan(sweep: Sweep, cluster: str | Path | None = None) -> str:
     """The dry run's text."""
     lines = [f"sweep {sweep.sweep_id}: {sweep.spec.study} study from {sweep.path}, C = {sweep.budget:,} rollouts per trial",
@@ -118,5 +146,6 @@ def plan(sweep: Sweep, cluster: str | Path | None = None) -> str:
             longest = max(trial_gpu_hours(sweep, p.cfg) / need["GPU"] for p in sweep.trials)
             lines.append(f"  about {rounds} round(s) of trials, {longest:,.1f} h wall each at most: "
                          f"~{rounds * longest:,.1f} h of wall time, {total_hours:,.0f} GPU-hours")
+    lines += memory_table(study_memory(sweep), prompt_tokens(sweep))
     lines.append("which allocation to run at a budget, from finished sweeps: isosweep recommend --budget C")
     return "\n".join(lines)

@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from isosweep.run.plan import check_memory
+from isosweep.spec.study import load_study
 from isosweep.spec.yamlio import ConfigError
 
 EXCLUDES = [".venv", ".git", ".cache", ".mlflow", "runs", "bench/*.json", "**/__pycache__", ".pytest_cache",
@@ -66,8 +68,10 @@ def submit(address: str, spec: str, budget: str | None = None, runs: str = "runs
     and starts :func:`entrypoint` on the head. ``env`` adds environment variables for the job (e.g.
     ``MLFLOW_TRACKING_URI``). With ``wait`` the call prints the job's logs until it ends and raises if it
     failed. A cluster that has just started has no job agent for a while: the submission is retried for up
-    to ``retry_s`` seconds.
+    to ``retry_s`` seconds. A sweep with a grid point (or an HPO study with a size) that does not fit its
+    profile's GPUs is refused first, before any upload (:func:`isosweep.run.plan.check_memory`).
     """
+    check_memory(load_study(spec, budget))
     from ray.job_submission import JobSubmissionClient  # Ray: seconds to import
 
     runtime_env = {"working_dir": str(working_dir), "excludes": EXCLUDES, "env_vars": dict(env or {})}
