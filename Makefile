@@ -26,6 +26,11 @@
 #   make ui-screenshot              dashboards/mlflow-frontier.png, by the browser test (a smoke sweep, headless Chromium)
 #   make cluster-up CLUSTER=clusters/aws-h200.yaml    ray up (cluster-down: ray down)
 #   make submit CLUSTER=clusters/aws-h200.yaml SWEEP=sweeps/x.yaml BUDGET=1e5 [RUNS_ON_CLUSTER=/shared/runs]
+#   make gpu-wheels [GPU_WHEELS=.cache/gpu-wheels]   (a machine with network) the few small wheels gpu-check
+#                                   installs where missing: pydantic, PyYAML, pytest (Python 3.12, x86-64 Linux)
+#   make gpu-check [GPU_WHEELS=...] one GPU node, before the first cluster run (minutes, the machine's python3, no
+#                                   venv): tests/test_gpu.py, Qwen2.5-0.5B-sized trainer steps and their memory
+#                                   against the plan, vLLM bf16/FP8 reloads and mismatch where installed
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -45,7 +50,7 @@ STUDY_BUDGET ?=
 RUNS ?= runs/sweeps
 DASHBOARDS ?= dashboards
 
-.PHONY: hpo-bench hpo-table cluster-up cluster-down submit venv browser ui-screenshot test models trial ais-study calibrate validate-stats report bench sweep frontier recommend ui ui-stop clean
+.PHONY: gpu-check gpu-wheels hpo-bench hpo-table cluster-up cluster-down submit venv browser ui-screenshot test models trial ais-study calibrate validate-stats report bench sweep frontier recommend ui ui-stop clean
 
 venv: $(STAMP)
 
@@ -131,6 +136,18 @@ cluster-down: $(STAMP)
 
 submit: $(STAMP)
 	$(BIN)/isosweep submit $(SWEEP) $(if $(BUDGET),--budget $(BUDGET)) $(if $(STUDY_BUDGET),--study-budget $(STUDY_BUDGET)) $(if $(ADDRESS),--address $(ADDRESS),--cluster $(CLUSTER)) --runs "$(or $(RUNS_ON_CLUSTER),~/isosweep/runs/sweeps)"
+
+# One GPU node's check (clusters/README.md, "Before the first cluster run"). It runs with the machine's own
+# python3 -- a bare GPU machine has a CUDA torch and transformers, no venv -- and installs from GPU_WHEELS, into
+# .cache/gpu-check/, only the packages it lacks; gpu-wheels fetches those wheels for it where there is network.
+GPU_WHEELS ?= .cache/gpu-wheels
+gpu-check:
+	PYTHONPATH=platform $(PYTHON) -m isosweep.experiments.gpu_check --wheels $(GPU_WHEELS)
+
+gpu-wheels:
+	$(PYTHON) -m pip download --only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 --abi abi3 \
+	  --abi none --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
+	  --platform any -d $(GPU_WHEELS) "pydantic>=2.6" pyyaml "pytest>=8"
 
 clean:
 	rm -rf runs .cache .pytest_cache

@@ -1,12 +1,14 @@
 """GPU paths: NCCL, DeepSpeed bf16 / ZeRO-3 on CUDA, a GRPO trial on the GPU, vLLM FP8, multi-GPU sync.
 
 Every test here is marked ``gpu`` and skips (with the reason) on a machine without CUDA; on a
-GPU machine run them with ``pytest -m gpu tests/test_gpu.py``. Tests that also need vLLM,
-DeepSpeed or several GPUs say so when they skip.
+GPU machine run them with ``pytest -m gpu tests/test_gpu.py`` (``make gpu-check`` does). Tests that also
+need vLLM, DeepSpeed, Ray or several GPUs skip where those are missing ("<package> not installed"),
+decided at collection: before the tiny base model they would train on is built.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -22,6 +24,12 @@ ROOT = Path(__file__).resolve().parents[1]
 EASY = ROOT / "sweeps" / "trials" / "easy.yaml"
 
 
+def needs(*packages: str) -> pytest.MarkDecorator:
+    """Skip where one of ``packages`` is not installed (a mark, so that no fixture is built for a skipped test)."""
+    missing = [p for p in packages if importlib.util.find_spec(p) is None]
+    return pytest.mark.skipif(bool(missing), reason=f"{', '.join(missing)} not installed")
+
+
 def test_nccl_process_group_reduces_on_the_gpu():
     import torch.distributed as dist
 
@@ -34,6 +42,20 @@ def test_nccl_process_group_reduces_on_the_gpu():
     assert torch.equal(x.cpu(), torch.arange(4.0))
 
 
+def test_step_statistics_and_micro_batch_widths_reduce_on_the_gpu():
+    """Under NCCL a collective on a CPU tensor fails ("No backend type associated with device type cpu"): the
+    trial's reductions put their tensors on the worker's device (a world of one reduces too, to show it here)."""
+    from isosweep.trial.learner import init_distributed
+    from isosweep.trial.loop import Worker, agreed_widths, mean_over_workers
+
+    init_distributed("nccl")
+    worker = Worker(rank=0, world=1, device=torch.device("cuda"), shared_engine=False)
+    stats = {"train/loss": 0.5, "rollout/tokens": 12.0}
+    assert mean_over_workers(stats, worker) == stats
+    attention = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0]], device="cuda")
+    assert agreed_widths(attention, [slice(0, 1), slice(1, 3)], worker) == [2, 3]
+
+
 def test_fp8_roundtrip_is_the_same_on_gpu_and_cpu():
     from isosweep.rollout.fp8 import fp8_roundtrip
 
@@ -41,9 +63,9 @@ def test_fp8_roundtrip_is_the_same_on_gpu_and_cpu():
     assert torch.equal(fp8_roundtrip(w.cuda()).cpu(), fp8_roundtrip(w))
 
 
+@needs("deepspeed")
 @pytest.mark.parametrize("stage", [1, 3])
 def test_deepspeed_bf16_trainer_saves_and_restores_full_weights(base_model, tmp_path, stage):
-    pytest.importorskip("deepspeed", reason="DeepSpeed is not installed")
     from transformers import AutoModelForCausalLM
 
     from isosweep.spec.trial import load_trial
@@ -76,8 +98,8 @@ def test_deepspeed_bf16_trainer_saves_and_restores_full_weights(base_model, tmp_
     assert any(not torch.equal(weights[k].float(), stepped[k].float()) for k in stepped)
 
 
+@needs("deepspeed")
 def test_grpo_trial_runs_on_the_gpu(base_model, tmp_path):
-    pytest.importorskip("deepspeed", reason="DeepSpeed is not installed")
     from isosweep.spec.trial import load_trial
     from isosweep.trial.files import TrialDir
     from isosweep.trial.loop import train_loop
@@ -92,8 +114,8 @@ def test_grpo_trial_runs_on_the_gpu(base_model, tmp_path):
     print("gpu trial:", {k: round(v, 4) for k, v in records[-1].items() if isinstance(v, float)})
 
 
+@needs("vllm")
 def test_vllm_fp8_engine_on_the_gpu(base_model):
-    pytest.importorskip("vllm", reason="vLLM is not installed")
     from isosweep.rollout.vllm import VLLMEngine
 
     engine = VLLMEngine(str(base_model), 8, 1.0, precision="fp8", gpu=True,
@@ -110,11 +132,11 @@ LOGP_ATOL = 0.02
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="multi-GPU weight sync needs at least 2 GPUs")
+@needs("vllm", "ray")
 def test_multi_gpu_weight_sync(base_model, monkeypatch):
     """Weights broadcast over NCCL from the trainer's GPU 0 to a vLLM engine on GPU 1 serve the same
     log-probs as the same weights loaded through the /dev/shm path, and carry their version."""
-    pytest.importorskip("vllm", reason="vLLM is not installed")
-    ray = pytest.importorskip("ray", reason="Ray is not installed")
+    import ray
     from transformers import AutoModelForCausalLM
 
     from isosweep.rollout.pool import RolloutPool
