@@ -1,18 +1,5 @@
-"""The ``isosweep`` command.
-
-    isosweep trial sweeps/trials/easy.yaml --set budget=20000 --set Bp=16 --set n=8 --out runs/easy [--address auto]
-    isosweep models build [--sizes tiny-1m ...] [--task arithmetic] [--seed 0]
-    isosweep ais-study [--budget 20000] [--out dashboards/ais-study]
-    isosweep calibrate [--budget 20000] [--trial sweeps/trials/easy.yaml] [--sweep sweeps/isocompute-easy.yaml] [--out ...]
-    isosweep validate-stats [--repeats 20] [--out dashboards/methods]
-    isosweep report [--refresh] [--dashboards dashboards]   the papers' claims tested on the studies -> REPORT.md
-    isosweep bench [--out bench/results.json]
-    isosweep hpo-table [sweeps/tables/x.yaml] [--limit N]   learning curves over an HPO grid, and their signal
-    isosweep sweep sweeps/isocompute-easy.yaml [--budget 1e5] [--dry-run] [--address auto]
-    isosweep frontier <sweep-id>          redo a sweep's frontier analysis from MLflow alone
-    isosweep recommend --budget 1e6 [--difficulty easy] [--metric mean] [--suggest sweeps] [--from dashboards]
-    isosweep ui [--stop]                  start (or stop) the local MLflow server and print its URL
-    isosweep submit sweeps/x.yaml --cluster clusters/aws-h200.yaml | --address http://127.0.0.1:8265 [--budget 1e5]
+"""The ``isosweep`` command line: one parser (:func:`build_parser`) for the everyday commands and the research
+tools, and one small function per command that reads its arguments and calls the library.
 
 A configuration error prints one message naming the file and key and exits with status 2
 before any model is built or trained.
@@ -23,18 +10,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 import webbrowser
 from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from isosweep.models.sizes import FAMILY, LADDER, SIZES
 from isosweep.report.studies import write_report as write_study_report
-from isosweep.run.plan import plan
+from isosweep.run.memory import memory_table
+from isosweep.run.plan import check_memory, plan, prompt_tokens, study_memory
 from isosweep.run.submit import how_to_follow, ray_cli, submit, token_auth
 from isosweep.spec.grid import Sweep
 from isosweep.spec.hpo import HPOStudy
@@ -154,6 +145,8 @@ def _hpo(study: HPOStudy, args: argparse.Namespace) -> None:
         if study.spec.search == "jfhpo" and jf.proxy_share is not None:
             print(f"  sizes below {study.target} may cost at most {jf.proxy_share:.0%} of the study budget "
                   f"({jf.proxy_share * study.study_budget:,.0f})")
+        print("\n".join(memory_table(study_memory(study), prompt_tokens(study))))
+        check_memory(study)
         return
     from isosweep.run.hpo import run_hpo  # Ray, BoTorch, torch, MLflow
 
@@ -166,6 +159,7 @@ def _hpo(study: HPOStudy, args: argparse.Namespace) -> None:
 
 def _dry_run(sweep: Sweep, cluster: str | None = None) -> None:
     print(plan(sweep, cluster))
+    check_memory(sweep)  # after the table, so the refusal comes with the numbers behind it
 
 
 def _frontier(args: argparse.Namespace) -> None:
@@ -262,42 +256,225 @@ def _ui(args: argparse.Namespace) -> None:
           "ssh -L 5000:127.0.0.1:5000 <host>")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="isosweep", description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+def version() -> str:
+    """The installed package's version; run from the source tree without installing it (``PYTHONPATH=platform``,
+    as a Ray job's entrypoint does), the one in its pyproject.toml."""
+    try:
+        return metadata.version("isosweep")
+    except metadata.PackageNotFoundError:
+        pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+        # [project] is the file's first table with a version key
+        found = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(), re.M) if pyproject.is_file() else None
+        return found.group(1) if found else "unknown"
 
-    trial = commands.add_parser("trial", help="run (or resume) one GRPO trial")
+
+EVERYDAY, RESEARCH = "everyday commands", "research tools (the studies and benchmarks behind dashboards/ and bench/)"
+
+INTRO = ("Iso-compute sweeps and joint-fidelity HPO of GRPO training on Ray, vLLM, DeepSpeed, BoTorch and MLflow:\n"
+         "run a study, read its compute-optimal frontier, plan the next run.")
+
+EXAMPLES = """\
+examples:
+  # about a minute: two tiny trials check an installation end to end
+  isosweep sweep sweeps/smoke.yaml --budget 2e3
+  # the default study: its trials, resources and GPU-hours first, then the sweep (run again: it resumes)
+  isosweep sweep sweeps/isocompute-easy.yaml --budget 1e5 --dry-run
+  isosweep sweep sweeps/isocompute-easy.yaml --budget 1e5
+  isosweep ui                          # MLflow's runs table: every trial, each sweep's frontier plots
+  isosweep recommend --budget 1e6      # which (Bp, n, M) to run at C = 1e6, from the finished sweeps
+  isosweep submit sweeps/qwen25-gsm8k-h200.yaml --cluster clusters/aws-h200.yaml --budget 1e6
+  isosweep <command> --help            # that command's options
+
+exit status: 0 done; 2 bad input (a configuration error names the file and the key), before anything is
+built or trained; 130 a sweep interrupted or left with unfinished trials (the same command resumes it).
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``isosweep`` command's parser, built without running anything (``isosweep.docs`` writes cli.md from it)."""
+    parser = argparse.ArgumentParser(prog="isosweep", usage="%(prog)s [-h] [--version] <command> [<args>]",
+                                     epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    # The list of commands is the description, in two sections; argparse's own list (one flat section) is hidden.
+    commands = parser.add_subparsers(dest="command", required=True, metavar="<command>", prog="isosweep",
+                                     help=argparse.SUPPRESS)
+    listed: dict[str, list[tuple[str, str]]] = {EVERYDAY: [], RESEARCH: []}
+
+    def command(name: str, line: str, section: str, more: str = "", examples: str = "") -> argparse.ArgumentParser:
+        listed[section].append((name, line))
+        about = line[0].upper() + line[1:] + "." + (f"\n\n{textwrap.fill(more, 100)}" if more else "")
+        return commands.add_parser(name, help=line, description=about, epilog=examples or None,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    # --- everyday commands ---------------------------------------------------------------------------------
+    sweep = command(
+        "sweep", "run (or resume) a study file: a grid sweep and its frontier, or an HPO study", EVERYDAY,
+        more="A grid sweep trains every grid point at budget C under Ray Tune, each trial a run in MLflow, and ends "
+             "with the frontier analysis: the table printed, the report (frontier.csv, fits.json, plots, report.html) "
+             "written to RUNS/<sweep id>/frontier/ and to the sweep's MLflow parent run. An HPO study (study: hpo) "
+             "writes its summary to RUNS/<sweep id>/hpo/ and to its parent run. The committed studies under "
+             "dashboards/ change only with --dashboards (or `make report`). Run the same command again to resume; a "
+             "finished sweep trains nothing again.",
+        examples="examples:\n  isosweep sweep sweeps/isocompute-easy.yaml --budget 1e5 --dry-run\n"
+                 "  isosweep sweep sweeps/isocompute-easy.yaml --budget 1e5\n"
+                 "  isosweep sweep sweeps/jfhpo.yaml --study-budget 6x\n")
+    sweep.add_argument("spec", help="study file, e.g. sweeps/isocompute-easy.yaml")
+    budgets = sweep.add_argument_group("budget")
+    budgets.add_argument("--budget", default=None, help="C, rollouts per trial (e.g. 1e5); default: the file's budget")
+    budgets.add_argument("--study-budget", default=None,
+                         help="HPO studies: total spend in target-equivalent rollouts, or e.g. 6x for six "
+                              "full-fidelity trials (default: the file's study_budget)")
+    outputs = sweep.add_argument_group("where the results go")
+    outputs.add_argument("--runs", default="runs/sweeps",
+                         help="RUNS/<sweep id>/ holds the trials and the report (default: runs/sweeps)")
+    copies = outputs.add_mutually_exclusive_group()
+    copies.add_argument("--dashboards", default=None,
+                        help="also write the report (an HPO study: its summary) to DASHBOARDS/<sweep name>/, "
+                             "replacing what that folder holds; e.g. dashboards, the committed studies")
+    copies.add_argument("--no-dashboards", action="store_true",
+                        help="the report only beside the runs and in MLflow (the default; for scripts that say so)")
+    ray = sweep.add_argument_group("Ray")
+    ray.add_argument("--address", default=None,
+                     help="Ray cluster to join (e.g. 'auto'); default: a new local Ray on 127.0.0.1")
+    ray.add_argument("--progress-every", type=float, default=30.0,
+                     help="seconds between progress lines (default: 30)")
+    dry = sweep.add_argument_group("dry run")
+    dry.add_argument("--dry-run", action="store_true",
+                     help="print the trials, resources per trial, expected GPU-hours and concurrency (on GPU profiles "
+                          "also the memory per GPU, refusing a point that does not fit); start nothing")
+    dry.add_argument("--cluster", default=None,
+                     help="with --dry-run of a grid sweep: the cluster YAML to plan concurrency for")
+    sweep.set_defaults(run=_sweep)
+
+    ui = command("ui", "start (or --stop) the local MLflow server and print its URL", EVERYDAY,
+                 more="The server keeps its runs in .mlflow/ (SQLite; $ISOSWEEP_MLFLOW_DIR) and listens on "
+                      "127.0.0.1:5000 ($ISOSWEEP_MLFLOW_PORT); where $MLFLOW_TRACKING_URI is set, that server is "
+                      "used instead. On a desktop the page opens in the browser too.")
+    ui.add_argument("--stop", action="store_true", help="stop the local server started by isosweep")
+    ui.set_defaults(run=_ui)
+
+    rec = command("recommend", "which (Bp, n, M) to run at a budget, from the finished sweeps", EVERYDAY,
+                  more="Pools the finished grid sweeps of one task, difficulty and base model (from MLflow, or the "
+                       "study folders with --from) and prints the allocation to run at C with its predicted value, "
+                       "interval, P(best) and warnings; the recommendation is logged to MLflow unless --no-log.",
+                  examples="examples:\n  isosweep recommend --budget 1e6\n"
+                           "  isosweep recommend --budget 3e5 --difficulty easy --metric worst --suggest\n"
+                           "  isosweep recommend --budget 1e6 --from dashboards --no-log\n")
+    rec.add_argument("--budget", required=True, help="C, rollouts for the run (e.g. 1e6)")
+    which = rec.add_argument_group("which sweeps")
+    which.add_argument("--task", default=None, help="only sweeps of this task (e.g. arithmetic)")
+    which.add_argument("--difficulty", choices=["easy", "hard", "all"], default=None,
+                       help="only sweeps of this difficulty")
+    which.add_argument("--model", default=None, help="only sweeps of this base model (e.g. tiny-1m)")
+    which.add_argument("--sweeps", nargs="+", default=None, help="plan from these sweep ids (or their starts) only")
+    which.add_argument("--from", dest="source", default=None,
+                       help="read the sweeps from the study folders here (*/curves.json, e.g. dashboards) "
+                            "instead of MLflow")
+    how = rec.add_argument_group("the plan and where it goes")
+    how.add_argument("--metric", default="mean", help="mean, best or worst (@k of the sweeps' eval.k; default: mean)")
+    how.add_argument("--bootstrap", type=int, default=200, help="bootstrap replicates (default: 200)")
+    how.add_argument("--suggest", nargs="?", const="sweeps", default=None,
+                     help="also write the sweep that would most shrink the uncertainty (a YAML file, or a folder: "
+                          "default sweeps/)")
+    how.add_argument("--no-log", action="store_true",
+                     help="do not log the recommendation to MLflow (with --from: no MLflow server is needed)")
+    rec.set_defaults(run=_recommend)
+
+    study_report = command("report", "test the papers' claims on the study folders -> DASHBOARDS/REPORT.md", EVERYDAY,
+                           more="Reads the study folders one level under DASHBOARDS (their fits.json) and writes "
+                                "REPORT.md and report.html there; with --refresh each folder is first redone from "
+                                "MLflow.")
+    study_report.add_argument("--dashboards", default="dashboards", help="the study folders (default: dashboards)")
+    study_report.add_argument("--refresh", action="store_true",
+                              help="first redo each study folder from MLflow, from the sweeps its fits.json names "
+                              "(a finished sweep no folder holds: a new folder, the newest of its name)")
+    study_report.set_defaults(run=_report)
+
+    trial = command("trial", "run (or resume) one GRPO trial", EVERYDAY,
+                    more="OUT gets metrics.jsonl, steps.jsonl and checkpoints/ (the log is printed); run the same command "
+                         "again to resume from the latest checkpoint.",
+                    examples="example:\n  isosweep trial sweeps/trials/easy.yaml --set budget=20000 --set Bp=16 "
+                             "--set n=8 --out runs/easy\n")
     trial.add_argument("config", help="trial YAML, e.g. sweeps/trials/easy.yaml")
     trial.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config key (dotted for sections: algorithm.kl_coef=0); repeatable")
     trial.add_argument("--out", required=True, help="output directory (metrics.jsonl, checkpoints/)")
     trial.add_argument("--address", default=None,
-                       help="Ray cluster to join (e.g. 'auto'); default: start a local Ray for this trial")
+                       help="Ray cluster to join (e.g. 'auto'); default: no Ray for a trial trained in this process "
+                            "with in-process rollouts, a new local Ray for vLLM rollout actors or a Ray Train trial")
     trial.set_defaults(run=_trial)
 
-    models = commands.add_parser("models", help="tiny model family")
-    models_commands = models.add_subparsers(dest="models_command", required=True)
-    build = models_commands.add_parser("build", help="build (or find cached) base models")
+    sub = command("submit", "submit a sweep to a Ray cluster as a Ray job", EVERYDAY,
+                  more="Uploads this checkout (less .venv, .git, runs, .mlflow and caches) with Ray's job submission "
+                       "client and runs `isosweep sweep SPEC --address auto --runs RUNS --no-dashboards` on the head; "
+                       "prints how to follow the job. Submitting the same sweep again resumes it from the trials' "
+                       "checkpoints under RUNS.",
+                  examples="examples:\n  isosweep submit sweeps/qwen25-gsm8k-h200.yaml --cluster clusters/aws-h200.yaml "
+                           "--budget 1e6 --runs /fsx/isosweep\n"
+                           "  isosweep submit sweeps/smoke.yaml --address http://127.0.0.1:8265 --budget 2048\n")
+    sub.add_argument("spec", help="sweep YAML, e.g. sweeps/isocompute-easy.yaml")
+    # One of the two is needed; a missing one is answered as a configuration error (exit 2, see _submit).
+    where = sub.add_argument_group("where (one of these is required)").add_mutually_exclusive_group()
+    where.add_argument("--cluster", default=None,
+                       help="cluster YAML started with `ray up` (make cluster-up): an SSH tunnel to its dashboard")
+    where.add_argument("--address", default=None, help="Ray dashboard address, e.g. http://127.0.0.1:8265")
+    job = sub.add_argument_group("the job")
+    job.add_argument("--budget", default=None, help="C, rollouts per trial; default: the file's budget")
+    job.add_argument("--study-budget", default=None, help="HPO studies: the total spend (default: the file's)")
+    job.add_argument("--runs", default="~/isosweep/runs/sweeps",
+                     help="where trial directories go on the cluster; a multi-node cluster needs shared storage "
+                          "here (EFS, Filestore, NFS) so that a re-submitted sweep finds every trial's checkpoints "
+                          "(default: ~/isosweep/runs/sweeps)")
+    job.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                     help="environment variable for the job; repeatable")
+    job.add_argument("--wait", action="store_true", help="follow the job's logs until it ends")
+    sub.set_defaults(run=_submit)
+
+    front = command("frontier", "redo a sweep's frontier analysis from MLflow alone (no training)", EVERYDAY,
+                    more="Reads the sweep's trials from MLflow (no trial folders needed), fits the frontier again, "
+                         "prints the table and writes the report to RUNS/<sweep id>/frontier/ (or --out) and to the "
+                         "sweep's parent run.")
+    front.add_argument("sweep_id", help="the sweep id (or its start, for the newest matching sweep), "
+                                        "e.g. isocompute-easy-100k")
+    out = front.add_argument_group("where the report goes").add_mutually_exclusive_group()
+    out.add_argument("--runs", default="runs/sweeps",
+                     help="to RUNS/<sweep id>/frontier (default: runs/sweeps)")
+    out.add_argument("--out", default=None, help="to this folder instead")
+    front.add_argument("--dashboards", default=None,
+                       help="also write the report into this folder, the sweep's own (e.g. dashboards/<study>); a "
+                            "folder holding the study report, other studies or another sweep's report is refused")
+    front.set_defaults(run=_frontier)
+
+    # --- research tools ------------------------------------------------------------------------------------
+    models = command("models", "the tiny model family: `isosweep models build` builds (or finds) its base models",
+                     RESEARCH)
+    models_commands = models.add_subparsers(dest="models_command", required=True, metavar="<models command>",
+                                            help="the one models command, build")
+    build = models_commands.add_parser("build", help="build (or find cached) base models",
+                                       description="Build (or find cached) the tiny base models: each warmed up on "
+                                                   "the task, in $ISOSWEEP_CACHE (default ~/.cache/isosweep).")
     build.add_argument("--sizes", nargs="*", choices=list(SIZES), metavar="SIZE",
                        help=f"tiny sizes (default: the family, {' '.join(FAMILY)}; the width ladder: {' '.join(LADDER)})")
     build.add_argument("--task", default="arithmetic", help="task to warm up on (default: arithmetic)")
     build.add_argument("--seed", type=int, default=0, help="warm-up seed (default: 0)")
     build.set_defaults(run=_models_build)
 
-    study = commands.add_parser("ais-study", help="bf16 vs fp8 rollouts with none/tis/ais corrections, easy and hard sets")
-    study.add_argument("--budget", type=int, default=20000, help="C per arm, in rollouts (default: 20000)")
-    study.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every arm")
+    study = command("ais-study", "bf16 vs fp8 rollouts with none/tis/ais corrections, easy and hard sets", RESEARCH)
+    arms = study.add_argument_group("the arms")
+    arms.add_argument("--arms", type=comma_list(str), default=["bf16", "fp8+none", "fp8+tis", "fp8+ais"],
+                      help="arms, <precision>[+<correction>] (precision bf16, fp8, int8, int6, int4, int3, int2; "
+                           "correction none, tis, ais); default: bf16,fp8+none,fp8+tis,fp8+ais")
+    arms.add_argument("--sets", type=comma_list(str), default=["easy", "hard"],
+                      help="problem sets, sweeps/trials/<set>.yaml (default: easy,hard)")
+    arms.add_argument("--seeds", type=comma_list(int), default=[0], help="training seeds, e.g. 0,1 (default: 0)")
+    arms.add_argument("--budget", type=int, default=20000, help="C per arm, in rollouts (default: 20000)")
+    arms.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every arm")
     study.add_argument("--out", default="dashboards/ais-study", help="output directory (default: dashboards/ais-study)")
-    study.add_argument("--address", default=None, help="Ray cluster to join; default: a local Ray per arm")
-    study.add_argument("--arms", type=comma_list(str), default=["bf16", "fp8+none", "fp8+tis", "fp8+ais"],
-                       help="arms, <precision>[+<correction>] (precision bf16, fp8, int8, int6, int4, int3, int2; "
-                            "correction none, tis, ais); default: bf16,fp8+none,fp8+tis,fp8+ais")
-    study.add_argument("--sets", type=comma_list(str), default=["easy", "hard"], help="default: easy,hard")
-    study.add_argument("--seeds", type=comma_list(int), default=[0], help="training seeds, e.g. 0,1 (default: 0)")
+    study.add_argument("--address", default=None, help="Ray cluster to join; default: one local Ray for every arm")
     study.set_defaults(run=_ais_study)
 
-    pilot = commands.add_parser("calibrate", help="the learning-rate pilot behind the default lr_ref "
-                                "(lr x smallest/largest batch of the default grid x 2 seeds)")
+    pilot = command("calibrate", "the learning-rate pilot behind the default lr_ref", RESEARCH,
+                    more="Trains lr x the smallest and largest batch of the sweep's grid x 2 seeds, and picks lr_ref.")
     pilot.add_argument("--budget", type=int, default=20000, help="C per trial, in rollouts (default: 20000)")
     pilot.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every trial")
     pilot.add_argument("--trial", default="sweeps/trials/easy.yaml",
@@ -308,137 +485,87 @@ def main(argv: list[str] | None = None) -> int:
     pilot.add_argument("--address", default=None, help="Ray cluster to join; default: a local Ray")
     pilot.set_defaults(run=_calibrate)
 
-    check = commands.add_parser("validate-stats", help="the frontier statistics on synthetic sweeps with a known truth "
-                                "(recovery, coverage, ties, decision hold-out)")
+    check = command("validate-stats", "check the frontier statistics on synthetic sweeps with a known truth", RESEARCH,
+                    more="Recovery, coverage, ties and the decision hold-out, written to OUT/validation.md.")
     check.add_argument("--repeats", type=int, default=20, help="synthetic sweeps per check (default: 20)")
     check.add_argument("--bootstrap", type=int, default=100, help="bootstrap replicates per analysis (default: 100)")
     check.add_argument("--seed", type=int, default=0, help="seed of the synthetic data (default: 0)")
     check.add_argument("--out", default="dashboards/methods", help="output directory (default: dashboards/methods)")
     check.set_defaults(run=_validate_stats)
 
-    study_report = commands.add_parser("report", help="the papers' claims tested on the studies in DASHBOARDS "
-                                       "-> DASHBOARDS/REPORT.md")
-    study_report.add_argument("--dashboards", default="dashboards", help="the study folders (default: dashboards)")
-    study_report.add_argument("--refresh", action="store_true",
-                              help="first redo each study folder from MLflow, from the sweeps its fits.json names "
-                              "(a finished sweep no folder holds: a new folder, the newest of its name)")
-    study_report.set_defaults(run=_report)
-
-    bench = commands.add_parser("bench", help="isosweep vs TRL vs a plain loop, engine throughput, "
-                                   "one trial's time split")
-    bench.add_argument("--out", default="bench/results.json", help="where to write the figures")
-    bench.add_argument("--engines", nargs="*", help="engines to measure (default: vllm and hf where installed)")
+    bench = command("bench", "isosweep vs TRL vs a plain loop, engine throughput, one trial's time split", RESEARCH)
+    bench.add_argument("--out", default="bench/results.json",
+                       help="where to write the figures (default: bench/results.json)")
+    bench.add_argument("--engines", nargs="*",
+                       help="engines to measure (default: vllm and hf, or hf alone where vLLM is not installed)")
     bench.add_argument("--sizes", nargs="*", help=f"tiny sizes (default: {' '.join(FAMILY)})")
-    bench.add_argument("--repeats", type=int, default=3, help="interleaved runs of each contender in the side-by-side")
+    bench.add_argument("--repeats", type=int, default=3,
+                       help="interleaved runs of each contender in the side-by-side (default: 3)")
     bench.add_argument("--parts", nargs="*", choices=["side_by_side", "engines", "trial", "sweep"],
                        help="parts to run (default: all); the others keep what --out already holds")
     bench.set_defaults(run=_bench)
 
-    sweep = commands.add_parser("sweep", help="run (or resume) a sweep: Ray Tune over the grid, MLflow, frontier")
-    sweep.add_argument("spec", help="sweep YAML, e.g. sweeps/isocompute-easy.yaml")
-    sweep.add_argument("--budget", default=None, help="C, rollouts per trial (e.g. 1e5); default: the file's budget")
-    sweep.add_argument("--runs", default="runs/sweeps", help="where trial directories go (default: runs/sweeps)")
-    sweep.add_argument("--dashboards", default="dashboards",
-                       help="the HTML report and plots go to DASHBOARDS/<sweep name>/ (default: dashboards)")
-    sweep.add_argument("--no-dashboards", action="store_true", help="write the report only to the run folder and MLflow")
-    sweep.add_argument("--address", default=None, help="Ray cluster to join (e.g. 'auto'); default: a local Ray")
-    sweep.add_argument("--dry-run", action="store_true",
-                       help="print the trials, resources per trial, expected GPU-hours and concurrency; start nothing")
-    sweep.add_argument("--cluster", default=None, help="with --dry-run: the cluster YAML to plan concurrency for")
-    sweep.add_argument("--study-budget", default=None,
-                       help="HPO studies: total spend in target-equivalent rollouts, or e.g. 6x for six full-fidelity "
-                            "trials (default: the file's study_budget)")
-    sweep.add_argument("--progress-every", type=float, default=30.0, help="seconds between progress lines (default: 30)")
-    sweep.set_defaults(run=_sweep)
-
-    front = commands.add_parser("frontier", help="redo a sweep's frontier analysis from MLflow alone (no training)")
-    front.add_argument("sweep_id", help="the sweep id (or its start, for the newest matching sweep), e.g. isocompute-easy-100k")
-    front.add_argument("--runs", default="runs/sweeps", help="the output goes to RUNS/<sweep-id>/frontier unless --out")
-    front.add_argument("--out", default=None, help="output folder for the table, fits and plots")
-    front.add_argument("--dashboards", default=None,
-                       help="also write the report into this folder, the sweep's own (e.g. dashboards/<study>); a "
-                            "folder holding the study report, other studies or another sweep's report is refused")
-    front.set_defaults(run=_frontier)
-
-    rec = commands.add_parser("recommend", help="which (Bp, n, M) to run at budget C, from the finished sweeps, "
-                              "with its predicted value, interval, P(best) and warnings")
-    rec.add_argument("--budget", required=True, help="C, rollouts for the run (e.g. 1e6)")
-    rec.add_argument("--task", default=None, help="only sweeps of this task (e.g. arithmetic)")
-    rec.add_argument("--difficulty", choices=["easy", "hard", "all"], default=None, help="only sweeps of this difficulty")
-    rec.add_argument("--model", default=None, help="only sweeps of this base model (e.g. tiny-1m)")
-    rec.add_argument("--metric", default="mean", help="mean, best or worst (@k of the sweeps' eval.k; default: mean)")
-    rec.add_argument("--sweeps", nargs="+", default=None, help="plan from these sweep ids (or their starts) only")
-    rec.add_argument("--from", dest="source", default=None,
-                     help="read the sweeps from the study folders here (*/curves.json, e.g. dashboards) instead of MLflow")
-    rec.add_argument("--bootstrap", type=int, default=200, help="bootstrap replicates (default: 200)")
-    rec.add_argument("--suggest", nargs="?", const="sweeps", default=None,
-                     help="also write the sweep that would most shrink the uncertainty (a YAML file, or a folder: "
-                          "default sweeps/)")
-    rec.add_argument("--no-log", action="store_true", help="do not log the recommendation to MLflow")
-    rec.set_defaults(run=_recommend)
-
-    ui = commands.add_parser("ui", help="start the local MLflow server (or --stop it) and print its URL")
-    ui.add_argument("--stop", action="store_true", help="stop the local server started by isosweep")
-    ui.set_defaults(run=_ui)
-
-    sub = commands.add_parser("submit", help="submit a sweep to a Ray cluster as a Ray job (Ray's job submission client)")
-    sub.add_argument("spec", help="sweep YAML, e.g. sweeps/isocompute-easy.yaml")
-    sub.add_argument("--budget", default=None, help="C, rollouts per trial; default: the file's budget")
-    sub.add_argument("--cluster", default=None, help="cluster YAML started with `ray up` (tunnels to its dashboard)")
-    sub.add_argument("--address", default=None, help="Ray dashboard address instead, e.g. http://127.0.0.1:8265")
-    sub.add_argument("--runs", default="~/isosweep/runs/sweeps",
-                     help="where trial directories go on the cluster; a multi-node cluster needs shared storage here "
-                          "(EFS, Filestore, NFS) so that a re-submitted sweep finds every trial's checkpoints")
-    sub.add_argument("--study-budget", default=None, help="HPO studies: the total spend (default: the file's)")
-    sub.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment variable for the job")
-    sub.add_argument("--wait", action="store_true", help="follow the job's logs until it ends")
-    sub.set_defaults(run=_submit)
-
-    hpo = commands.add_parser("hpo-bench", help="JF-HPO vs its baselines: (a) the two-fidelity Hartmann function, "
-                                                "(b) HPO studies on the tiny family, (c) replayed on a table of curves")
+    hpo = command("hpo-bench", "JF-HPO vs its baselines: Hartmann, live tiny-family studies, a replayed table",
+                  RESEARCH, more="(a) the two-fidelity Hartmann function, (b) HPO studies on the tiny family, (c) the "
+                                 "studies replayed on a table of learning curves.")
     hpo.add_argument("--part", choices=("synthetic", "real", "table", "all"), default="table",
                      help="synthetic: (a) (seconds); real: (b) (about an hour on 2 cores); table: (c) (minutes); "
                           "all: every part; default: table")
-    hpo.add_argument("--seeds", type=int, default=3, help="(a) number of seeds (default: 3)")
-    hpo.add_argument("--cost-budget", type=float, default=60.0, help="(a) study budget in target-trial units (default: 60)")
-    hpo.add_argument("--threshold", type=float, default=0.8, help="(a) regret to reach (default: 0.8)")
-    hpo.add_argument("--spec", default="sweeps/jfhpo.yaml", help="(b) the HPO study file (default: sweeps/jfhpo.yaml)")
-    hpo.add_argument("--real-seeds", type=int, default=3, help="(b) searcher seeds per method (default: 3)")
-    hpo.add_argument("--budget", default=None, help="(b) C, the full-fidelity budget (default: the file's)")
-    hpo.add_argument("--study-budget", default=None, help="(b) the study budget (default: the file's)")
-    hpo.add_argument("--margin", type=float, action="append",
-                     help="(b) a threshold = the target base model's eval + margin; repeat for several "
-                          "(default: 0.01 and 0.02)")
-    hpo.add_argument("--runs", default="runs/sweeps", help="(b) where the studies' trial directories go")
-    hpo.add_argument("--reeval-seeds", type=comma_list(int), default=None,
-                     help="(b) when the studies ran a table's setting: retrain each recommendation at the target "
-                          "with these fresh training seeds, e.g. 1,2 (runs/hpo-reeval/; finished runs are read back)")
-    hpo.add_argument("--table", default="dashboards/hpo-table-mup/table.json",
-                     help="(c) the table of learning curves (isosweep hpo-table's table.json)")
-    hpo.add_argument("--replay-seeds", type=int, default=20, help="(c) searcher seeds per method (default: 20)")
-    hpo.add_argument("--study-budgets", type=float, nargs="+", default=[4.0, 8.0],
-                     help="(c) study budgets in full target trials (default: 4 8)")
-    hpo.add_argument("--force", action="store_true",
-                     help="(c) replay a table that does not meet its signal check's preconditions (refused otherwise); "
-                          "its report says it is not a fair test")
-    hpo.add_argument("--eps", type=float, default=0.01,
-                     help="(c) a recommendation within eps of the best true value counts as found (default: 0.01)")
-    hpo.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
-                     help="(c) processes the replayed studies run in (default: one per CPU core); the results do "
-                          "not depend on it")
-    hpo.add_argument("--out", default="bench/hpo.json", help="where to write the figures")
+    hpo.add_argument("--out", default="bench/hpo.json", help="where to write the figures (default: bench/hpo.json)")
+    synthetic = hpo.add_argument_group("(a) synthetic: the Hartmann function")
+    synthetic.add_argument("--seeds", type=int, default=3, help="number of seeds (default: 3)")
+    synthetic.add_argument("--cost-budget", type=float, default=60.0,
+                           help="study budget in target-trial units (default: 60)")
+    synthetic.add_argument("--threshold", type=float, default=0.8, help="regret to reach (default: 0.8)")
+    real = hpo.add_argument_group("(b) real: HPO studies on the tiny family")
+    real.add_argument("--spec", default="sweeps/jfhpo.yaml", help="the HPO study file (default: sweeps/jfhpo.yaml)")
+    real.add_argument("--real-seeds", type=int, default=3, help="searcher seeds per method (default: 3)")
+    real.add_argument("--budget", default=None, help="C, the full-fidelity budget (default: the file's)")
+    real.add_argument("--study-budget", default=None, help="the study budget (default: the file's)")
+    real.add_argument("--margin", type=float, action="append",
+                      help="a threshold = the target base model's eval + margin; repeat for several "
+                           "(default: 0.01 and 0.02)")
+    real.add_argument("--runs", default="runs/sweeps",
+                      help="where the studies' trial directories go (default: runs/sweeps)")
+    real.add_argument("--reeval-seeds", type=comma_list(int), default=None,
+                      help="when the studies ran a table's setting: retrain each recommendation at the target "
+                           "with these fresh training seeds, e.g. 1,2 (runs/hpo-reeval/; finished runs are read back)")
+    table = hpo.add_argument_group("(c) table: replayed on a table of learning curves")
+    table.add_argument("--table", default="dashboards/hpo-table-mup/table.json",
+                       help="the table of learning curves (isosweep hpo-table's table.json; "
+                            "default: dashboards/hpo-table-mup/table.json)")
+    table.add_argument("--replay-seeds", type=int, default=20, help="searcher seeds per method (default: 20)")
+    table.add_argument("--study-budgets", type=float, nargs="+", default=[4.0, 8.0],
+                       help="study budgets in full target trials (default: 4 8)")
+    table.add_argument("--force", action="store_true",
+                       help="replay a table that does not meet its signal check's preconditions (refused "
+                            "otherwise); its report says it is not a fair test")
+    table.add_argument("--eps", type=float, default=0.01,
+                       help="a recommendation within eps of the best true value counts as found (default: 0.01)")
+    table.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                       help="processes the replayed studies run in (default: one per CPU core); the results do "
+                            "not depend on it")
     hpo.set_defaults(run=_hpo_bench)
 
-    table = commands.add_parser("hpo-table", help="a table of learning curves (grid x sizes x seeds, each curve a trial "
-                                "run in process) and the check that it has signal, for a tabular HPO benchmark")
-    table.add_argument("spec", nargs="?", default="sweeps/tables/hpo-table-pilot.yaml",
-                       help="the table file (default: sweeps/tables/hpo-table-pilot.yaml)")
-    table.add_argument("--out", default=None, help="output directory (default: dashboards/<the table's name>)")
-    table.add_argument("--limit", type=int, default=None,
-                       help="run at most this many unfinished curves, then write what is finished (a rerun continues)")
-    table.set_defaults(run=_hpo_table)
+    curves = command("hpo-table", "learning curves over an HPO grid, and whether they have signal", RESEARCH,
+                     more="A table of learning curves (grid x sizes x seeds, each curve a trial run in this process) "
+                          "and the check that it has signal, for a tabular HPO benchmark: table.json and signal.md "
+                          "in OUT. A rerun continues where the last one stopped.")
+    curves.add_argument("spec", nargs="?", default="sweeps/tables/hpo-table-pilot.yaml",
+                        help="the table file (default: sweeps/tables/hpo-table-pilot.yaml)")
+    curves.add_argument("--out", default=None, help="output directory (default: dashboards/<the table's name>)")
+    curves.add_argument("--limit", type=int, default=None,
+                        help="run at most this many unfinished curves, then write what is finished (a rerun continues)")
+    curves.set_defaults(run=_hpo_table)
 
-    args = parser.parse_args(argv)
+    width = max(len(name) for section in listed.values() for name, _ in section) + 2
+    parser.description = "\n\n".join([INTRO] + [f"{title}:\n" + "\n".join(f"  {name:<{width}}{line}" for name, line in rows)
+                                                for title, rows in listed.items()])
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         args.run(args)
     except ConfigError as err:

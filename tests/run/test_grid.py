@@ -1,4 +1,5 @@
-"""Sweeps end to end: `make sweep` on the smoke study, MLflow's contents, resume after a kill, a browser.
+"""Sweeps end to end: `make sweep` on the smoke study (its report beside its runs, the committed studies
+untouched), MLflow's contents, resume after a kill, a browser.
 
 These run the real thing -- a local Ray, Ray Tune driving trials (in the Tune trial's process), a real MLflow
 server (the session's ``mlflow_server``), the frontier analysis -- on ``sweeps/smoke.yaml``.
@@ -7,6 +8,7 @@ server (the session's ``mlflow_server``), the frontier analysis -- on ``sweeps/s
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 import shutil
@@ -38,12 +40,22 @@ SMOKE = ROOT / "sweeps" / "smoke.yaml"
 pytestmark = pytest.mark.slow
 
 
+def committed_studies() -> dict[str, str]:
+    """Every file under the repository's dashboards/ and a hash of its bytes."""
+    return {str(path.relative_to(ROOT)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted((ROOT / "dashboards").rglob("*")) if path.is_file()}
+
+
 def test_make_sweep_smoke_prints_the_frontier_and_fills_mlflow(mlflow_server, tmp_path):
+    """`make sweep` as a user runs it (no DASHBOARDS): the report lands beside the runs and in MLflow, and no
+    committed study under dashboards/ changes."""
     uri, mlflow_env = mlflow_server
-    runs_dir, dashboards = tmp_path / "runs", tmp_path / "dashboards"
-    command = ["make", "-s", "sweep", "BUDGET=2e3", f"SWEEP={SMOKE}", f"RUNS={runs_dir}", f"DASHBOARDS={dashboards}"]
+    runs_dir = tmp_path / "runs"
+    command = ["make", "-s", "sweep", "BUDGET=2e3", f"SWEEP={SMOKE}", f"RUNS={runs_dir}"]
+    env = {k: v for k, v in env_for(mlflow_env).items() if k != "DASHBOARDS"}
+    committed = committed_studies()
     with open(tmp_path / "out.txt", "w") as stdout, open(tmp_path / "err.txt", "w") as stderr:
-        sweep_proc = subprocess.Popen(command, cwd=ROOT, env=env_for(mlflow_env), stdout=stdout, stderr=stderr, text=True)
+        sweep_proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=stdout, stderr=stderr, text=True)
         try:
             listening = listeners_while_running(sweep_proc)  # every socket its local Ray and trials listened on
             sweep_proc.wait(timeout=900)
@@ -59,6 +71,9 @@ def test_make_sweep_smoke_prints_the_frontier_and_fills_mlflow(mlflow_server, tm
     # group listens on the loopback interface
     assert {"gcs_server", "raylet"} <= names and any("ImplicitFu" in name for name in names), sorted(listening)
     sweep = load_sweep(SMOKE, budget=2000)
+    assert committed_studies() == committed  # not one file of the committed studies written
+    beside = runs_dir / sweep.sweep_id / "frontier"  # the sweep's report, beside its trials, and where it says
+    assert f"[sweep] frontier table, fits and plots: {beside} (report {beside / 'report.html'})" in out
     assert f"[sweep] {sweep.sweep_id}: isocompute study, 2 trials at C = 2,000" in out
     assert f"MLflow: {uri}" in out
     assert "2/2 trials done" in out
@@ -80,15 +95,16 @@ def test_make_sweep_smoke_prints_the_frontier_and_fills_mlflow(mlflow_server, tm
             "frontier/report.html"} <= artifacts
     fits = json.loads(Path(client.download_artifacts(parent.info.run_id, "frontier/fits.json", str(tmp_path))).read_text())
     assert fits["budget"] == 2000 and set(fits["configs"]) == {"n4-Bp8", "n8-Bp8"}
-    assert (dashboards / "smoke" / "report.html").exists()
-    kept = SweepData.from_json(json.loads((dashboards / "smoke" / "curves.json").read_text()))  # what recommend reads
+    assert (beside / "report.html").exists()
+    kept = SweepData.from_json(json.loads((beside / "curves.json").read_text()))  # as a study folder keeps them
     assert kept.sweep_id == sweep.sweep_id and kept.budget == 2000 and "frontier/curves.json" in artifacts
     assert {c.config for c in kept.curves} == {"n4-Bp8", "n8-Bp8"} and kept.trial_params["task.name"] == "arithmetic"
     for run in children(client, sweep.sweep_id):  # the first record breaks the (empty) record: a logged model
         assert 0 in record_models(client, run.info.run_id)
     # the winner's best checkpoint at each C of the primary frontier is a version of the sweep's registered model
     # (the smoke sweep's five evaluations are often too few to fit: then there is no winner, and none registered)
-    with open(dashboards / "smoke" / "frontier.csv") as table:
+    frontier_csv = (beside / "frontier.csv").read_text()
+    with open(beside / "frontier.csv") as table:
         winners = {f"{float(row['C']):.0f}": row["config"] for row in csv.DictReader(table)
                    if row["metric"] == "mean@4" and row["config"]}
     name = runs.registered_model_name(sweep.sweep_id)
@@ -104,7 +120,7 @@ def test_make_sweep_smoke_prints_the_frontier_and_fills_mlflow(mlflow_server, tm
     again = subprocess.run([ISOSWEEP, "frontier", sweep.sweep_id[:12], "--out", str(tmp_path / "again")],
                            cwd=ROOT, env=env_for(mlflow_env), capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert (tmp_path / "again" / "frontier.csv").read_text() == (dashboards / "smoke" / "frontier.csv").read_text()
+    assert (tmp_path / "again" / "frontier.csv").read_text() == frontier_csv
     first_table = out[out.index("frontier of mean@4"):out.index("[sweep] frontier table")].strip()
     assert first_table in again.stdout
 
@@ -113,7 +129,7 @@ def test_make_sweep_smoke_prints_the_frontier_and_fills_mlflow(mlflow_server, tm
     report = subprocess.run([ISOSWEEP, "report", "--refresh", "--dashboards", str(refreshed)], cwd=ROOT,
                             env=env_for(mlflow_env), capture_output=True, text=True, timeout=300)
     assert report.returncode == 0, report.stderr[-3000:]
-    assert (refreshed / "smoke" / "frontier.csv").read_text() == (dashboards / "smoke" / "frontier.csv").read_text()
+    assert (refreshed / "smoke" / "frontier.csv").read_text() == frontier_csv
     label = "`smoke` (easy, C = 2,000, 2 configs, 1 seed; eval 32 problems x 4 samples"
     assert label in (refreshed / "REPORT.md").read_text()
     assert len(client.search_model_versions(f"name = '{name}'")) == len(winners)  # redone twice, registered once
@@ -129,7 +145,7 @@ def test_make_sweep_smoke_prints_the_frontier_and_fills_mlflow(mlflow_server, tm
     again = subprocess.run([ISOSWEEP, "report", "--refresh", "--dashboards", str(kept)], cwd=ROOT,
                            env=env_for(mlflow_env), capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert (kept / "smoke-renamed" / "frontier.csv").read_text() == (dashboards / "smoke" / "frontier.csv").read_text()
+    assert (kept / "smoke-renamed" / "frontier.csv").read_text() == frontier_csv
     assert not (kept / "smoke").exists() and (kept / "gone" / "fits.json").read_text() == gone
     assert "gone: left as it was: its sweep(s) gone-2k-000000 are not among the finished sweeps" in again.stdout
     assert f"smoke-renamed: sweep(s) {sweep.sweep_id} redone from MLflow" in again.stdout

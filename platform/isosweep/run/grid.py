@@ -5,8 +5,10 @@
                ─► the runner core (:mod:`isosweep.run.core`): Ray Tune's grid over the unfinished
                   points, at most as many at once as the cluster fits
                ─► frontier analysis read back from MLflow alone (as `isosweep frontier` does)
-               ─► table printed, CSV/JSON/PNG/HTML on the parent run and in dashboards/<name>/, the winner's
-                  record checkpoint at each C registered (one registered model per sweep)
+               ─► table printed, CSV/JSON/PNG/HTML on the parent run and in runs/sweeps/<sweep id>/frontier/
+                  (with ``dashboards``, e.g. `isosweep sweep --dashboards dashboards`, also in
+                  dashboards/<name>/), the winner's record checkpoint at each C registered (one registered model
+                  per sweep)
 """
 
 from __future__ import annotations
@@ -97,12 +99,15 @@ class GridProgress:
                 f"{done_rollouts:,}/{total:,} rollouts | {best} | elapsed {duration(elapsed_s)}, {eta}")
 
 
-def run_sweep(sweep: Sweep, runs_root: str | Path = "runs/sweeps", dashboards: str | Path | None = "dashboards",
+def run_sweep(sweep: Sweep, runs_root: str | Path = "runs/sweeps", dashboards: str | Path | None = None,
               address: str | None = None, log: Callable[[str], None] = say, progress_every_s: float = 30.0,
               concurrency: int | None = None) -> Analysis | None:
     """Run (or resume) ``sweep``; returns the frontier analysis, or None if it was interrupted. ``concurrency``:
     at most this many trials at once (default: as many as the cluster fits). A grid point that does not fit its
-    profile's GPUs stops it before anything is written (:func:`isosweep.run.plan.check_memory`)."""
+    profile's GPUs stops it before anything is written (:func:`isosweep.run.plan.check_memory`).
+
+    The report goes beside the trials (``runs_root/<sweep id>/frontier``) and to MLflow; the committed studies
+    change only when ``dashboards`` is given (``dashboards/<sweep name>`` then gets it too)."""
     check_memory(sweep)
     check_problem_sets([p.cfg for p in sweep.trials], sweep.path, log)
     sweep_out, uri = open_study(sweep.sweep_id, runs_root, log)
@@ -215,7 +220,7 @@ def frontier_report(uri: str, sweep_id: str, out: str | Path | None, dashboards:
     log("")
     log(table_text(analysis))
     log("")
-    log(f"[sweep] frontier table, fits and plots: {Path(out)}"
+    log(f"[sweep] frontier table, fits and plots: {Path(out)} (report {Path(out) / 'report.html'})"
         + (f" and {Path(dashboards) / 'report.html'}" if dashboards else "")
         + f"; in MLflow on parent run {parent.info.run_id} (artifacts/frontier)")
     if registered:
