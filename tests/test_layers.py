@@ -2,7 +2,7 @@
 
 isosweep is layered, lowest first (a module may import its own layer and the layers below it):
 
-    tasks < algo < hpo < rollout < models < spec < track < trial < report < run < experiments < cli
+    tasks < algo < hpo < rollout < models < spec < track < trial < report < run < experiments < cli < docs
 
 ``hpo`` (search space, stopping rules, searchers, the study ledger) and ``track`` (MLflow) sit below
 the layers that use them: ``spec`` builds an HPO study's search space, and a trial is handed its
@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "platform" / "isosweep"
-LAYERS = ("tasks", "algo", "hpo", "rollout", "models", "spec", "track", "trial", "report", "run", "experiments", "cli")
+LAYERS = ("tasks", "algo", "hpo", "rollout", "models", "spec", "track", "trial", "report", "run", "experiments", "cli",
+          "docs")
 HEAVY = ("ray", "vllm", "mlflow", "deepspeed", "matplotlib", "datasets")
 """Third-party packages a function may import on first use (seconds to import, or a backend choice)."""
 HEAVY_WITH_REASON = ("torch", "transformers")

@@ -9,7 +9,7 @@ post-temperature. Three corrections, chosen by the caller:
 - ``ais``: per batch, an ``alpha`` in ``[0, 1]`` (:func:`ais_alpha`) interpolates between no
   correction and TIS, ``w = 1 + alpha * (min(rho, cap) - 1)`` (:func:`ais_weights`).
 
-The weights enter :func:`isosweep.grpo.ppo_clip_loss` as ``weights``. They carry no
+The weights enter :func:`isosweep.algo.grpo.ppo_clip_loss` as ``weights``. They carry no
 gradient: they rescale the advantage, they are not part of the objective being
 differentiated. Every statistic here is taken over the masked (completion) tokens only, with
 population moments; masked-out positions never reach an ``exp``, so padding may hold any

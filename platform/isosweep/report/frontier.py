@@ -5,7 +5,7 @@ driver reads each trial's eval curve, calls these, and logs what they return. Co
 always in **rollouts** (sampled completions), as logged at each eval step; ``value`` is the
 eval metric in its own units (a rate such as mean@k in ``[0, 1]``, usually).
 
-Pipeline (the README's "Reading the frontier"):
+Pipeline (platform/docs/concepts.md, "Reading the frontier table"):
 
 1. :func:`record_points` keeps the points of one trial's curve that beat every earlier one.
 2. :func:`fit_sigmoid` fits ``R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B)`` to them with a

@@ -13,7 +13,7 @@ Weights reach the engine in one of two ways (``weight_sync``):
   ``/dev/shm``: a one-node path, and the only one on a CPU.
 - ``"nccl"`` (GPUs only): the engine is started with vLLM's weight-transfer engine
   (``weight_transfer_config={"backend": "nccl"}``) and the trainer broadcasts its GPU tensors to the
-  workers with :class:`isosweep.weight_sync.NcclWeightSender`, which drives the actor-side calls
+  workers with :class:`isosweep.rollout.weight_sync.NcclWeightSender`, which drives the actor-side calls
   ``init_weight_transfer``, ``start_weight_update``, ``receive_weights``, ``finish_weight_update``
   and ``set_policy_version``. The ``"shm"`` path keeps working on such an engine.
 
@@ -160,7 +160,7 @@ class VLLMEngine:
         weight_sync: WeightSyncMode = "shm",
     ):
         """Start the engine (seconds to minutes). ``gpu=None`` means ``torch.cuda.is_available()``;
-        ``weight_sync="nccl"`` (GPUs only) readies the workers for :mod:`isosweep.weight_sync`."""
+        ``weight_sync="nccl"`` (GPUs only) readies the workers for :mod:`isosweep.rollout.weight_sync`."""
         if precision not in get_args(Precision):
             raise ValueError(f"precision must be one of {', '.join(get_args(Precision))}, got {precision!r}")
         if precision in INT_BITS and weight_sync == "nccl":
@@ -225,7 +225,7 @@ class VLLMEngine:
         shares ``embed_tokens``; vLLM's loader rejects the alias when it arrives without it)."""
         return ["lm_head.weight"] if self.tied_embeddings else []
 
-    # The calls below serve weight_sync="nccl"; isosweep.weight_sync.NcclWeightSender makes them, in
+    # The calls below serve weight_sync="nccl"; isosweep.rollout.weight_sync.NcclWeightSender makes them, in
     # this order, while the trainer joins the same NCCL group and broadcasts.
 
     def transfer_workers(self) -> int:

@@ -1,7 +1,7 @@
 """Trainer-to-engine weight sync over NCCL, for GPU clusters where the trainer and the rollout
 engines share no memory.
 
-Why: :class:`isosweep.vllm_engine.VLLMEngine`'s default path stages the weights as a file in
+Why: :class:`isosweep.rollout.vllm.VLLMEngine`'s default path stages the weights as a file in
 ``/dev/shm`` (and ``RolloutPool`` ships them through Ray's object store first), which needs the
 trainer and the engines on one node and copies everything through host memory. Here the trainer's
 GPU broadcasts straight to the engines' GPUs, on the same node or across nodes, with vLLM 0.32's own
@@ -10,7 +10,7 @@ weight-transfer machinery (``vllm.distributed.weight_transfer``): nothing below 
 How the pieces meet:
 
 - The engines are Ray actors started with ``weight_sync="nccl"``
-  (:func:`isosweep.vllm_engine.spawn_rollout_actor`): each vLLM worker then holds an
+  (:func:`isosweep.rollout.vllm.spawn_rollout_actor`): each vLLM worker then holds an
   ``NCCLWeightTransferEngine`` (``WeightTransferConfig(backend="nccl")``).
 - :class:`NcclWeightSender`, built on the trainer's rank 0 with its CUDA device current, is vLLM's
   ``NCCLTrainerWeightTransferEngine`` with two adapters: :class:`StateDictSource` (vLLM's
@@ -94,7 +94,7 @@ class StateDictSource(WeightSource):
 
 
 class RolloutActorsClient:
-    """vLLM's ``VLLMWeightSyncClient`` over :class:`~isosweep.vllm_engine.VLLMEngine` actors: each
+    """vLLM's ``VLLMWeightSyncClient`` over :class:`~isosweep.rollout.vllm.VLLMEngine` actors: each
     call goes to every actor and waits for all of them."""
 
     def __init__(self, actors: Sequence[ActorHandle], offsets: Sequence[int]):

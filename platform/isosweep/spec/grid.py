@@ -91,6 +91,7 @@ class SweepSpec(Section):
     name: str
     """Identifies the study (lower case, digits and dashes); the sweep id starts with it."""
     description: str = ""
+    """One line on what the study compares, for people reading the file and its MLflow parent run."""
     study: Literal["isocompute", "fixed-batch"]
     """``isocompute``: grid.n x grid.Bp at budget C; ``fixed-batch``: Bp = grid.batch / n for each n."""
     trial: str

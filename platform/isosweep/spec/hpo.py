@@ -40,8 +40,11 @@ class RangeSpec(Section):
     """One searched hyperparameter: ``[low, high]``, log-scaled if ``log``."""
 
     low: float
+    """Smallest value searched."""
     high: float
+    """Largest value searched."""
     log: bool = False
+    """Search on a log scale (a learning rate), else linearly."""
 
     @model_validator(mode="after")
     def _non_empty(self) -> RangeSpec:
@@ -68,9 +71,10 @@ class StoppingSpec(Section):
 
     tau1: float | None = Field(1.0, gt=0)
     """Stop when the KL growth ratio ΔKL/KL exceeds tau1 on ``k`` consecutive reports (null: off). Reports
-    are the trial's evaluations: with log-spaced ones each doubles the compute, and a healthy KL of the
-    tiny models grew by up to 1.5x between two of them (so 0.5 would stop healthy trials)."""
+    are the trial's evaluations: with log-spaced ones each doubles the compute, and a healthy KL may grow
+    by a sizeable share between two of them, so a small tau1 stops healthy trials."""
     k: int = Field(2, ge=1)
+    """Consecutive reports above ``tau1`` before the KL rule stops a trial."""
     tau2: float | None = Field(0.5, gt=0, le=1)
     """Stop when the train reward falls below (1 - tau2) x its best so far (null: off)."""
     grace: float | None = Field(0.25, gt=0)
@@ -85,7 +89,9 @@ class JFHPOSpec(Section):
     n_init: int | None = Field(None, ge=2)
     """Initial low-fidelity design points before the GP is used (default: hyperparameters + 2)."""
     num_restarts: int = Field(4, ge=1)
+    """Starting points of BoTorch's gradient optimization of the acquisition function."""
     raw_samples: int = Field(128, ge=8)
+    """Random points BoTorch scores to choose those starting points."""
     promote_within: float = Field(0.05, ge=0, le=1)
     """A proposal whose hyperparameters are within this distance (unit cube, max norm) of a finished
     trial's, at the same size and a larger budget, runs that trial's configuration and continues it."""
@@ -127,8 +133,11 @@ class HPOSpec(Section):
     """One HPO study: the trial it tunes, the space, the fidelities, the searcher and the budgets."""
 
     name: str
+    """Identifies the study (lower case, digits and dashes); the study's id starts with it."""
     description: str = ""
+    """One line on what the study tunes, for people reading the file and its MLflow parent run."""
     study: Literal["hpo"]
+    """Always ``hpo`` for an HPO study (grid sweeps say ``isocompute`` or ``fixed-batch``)."""
     search: Literal["jfhpo", "random", "asha"]
     """``jfhpo``: multi-fidelity GP + cost-aware EI; ``random``: random configurations at the target
     fidelity; ``asha``: random configurations at the target size, stopped early by ASHA in rungs of budget."""

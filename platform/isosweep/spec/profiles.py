@@ -32,7 +32,9 @@ class Resources(Section):
     """Ray resources (logical, fractions allowed)."""
 
     CPU: float = Field(0.0, ge=0)
+    """Logical CPUs."""
     GPU: float = Field(0.0, ge=0)
+    """GPUs (a whole number per trainer worker on GPU profiles)."""
 
 
 class DeepSpeedSettings(Section):
@@ -53,7 +55,7 @@ class VllmSettings(Section):
     precision: Literal["bf16", "fp8"] | None = None
     """Rollout weights the profile was sized for; ``None`` leaves it to the trial's
     ``rollout.precision``. On GPU ``fp8`` becomes vLLM's online ``fp8_per_channel`` quantization
-    (see ``vllm_engine.llm_kwargs``)."""
+    (see ``isosweep.rollout.vllm.llm_kwargs``)."""
     tensor_parallel_size: int = Field(1, gt=0)
     """GPUs of one engine; must equal ``rollout.GPU`` on GPU profiles (an actor's GPUs are its engine's)."""
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
@@ -84,7 +86,7 @@ class Profile(Section):
     node_types: tuple[str, ...] = ()
     """Machine types ``node`` describes (``p5en.48xlarge``, ``a3-ultragpu-8g``); where several, ``node``
     is what all of them have at least, so a trial sized for it fits each. Cluster YAMLs that offer
-    one of these types must declare at least these resources (``tests/test_clusters.py``)."""
+    one of these types must declare at least these resources (``tests/spec/test_clusters.py``)."""
     gpu_memory_gib: float | None = Field(None, gt=0)
     """Memory of one GPU in GiB as CUDA reports it (H200: ~139); the dry run's memory plan checks every grid
     point against it (None: estimates only, nothing refused)."""
@@ -212,12 +214,12 @@ def deepspeed_overrides(profile: Profile, zero_stage: int) -> dict[str, Any]:
 
 
 def vllm_engine_args(profile: Profile, precision: Literal["bf16", "fp8"] | None = None) -> dict[str, Any]:
-    """Arguments of ``vllm.LLM`` a profile decides: the ``overrides`` of ``vllm_engine.llm_kwargs``.
+    """Arguments of ``vllm.LLM`` a profile decides: the ``overrides`` of ``isosweep.rollout.vllm.llm_kwargs``.
 
     ``precision`` is the trial's ``rollout.precision``; ``None`` takes the profile's
     (``vllm.precision``, else bf16). On GPU, fp8 is vLLM's ``quantization="fp8_per_channel"``: vLLM's
     plain ``"fp8"`` only reads FP8 checkpoints, and online per-channel quantization of the bf16
-    weights is what ``isosweep.fp8`` reproduces on CPU. A tensor-parallel engine runs its workers as
+    weights is what ``isosweep.rollout.fp8`` reproduces on CPU. A tensor-parallel engine runs its workers as
     processes of its actor. A CPU profile returns nothing: ``llm_kwargs`` already sets what the CPU build needs.
     """
     if profile.accelerator == "cpu":

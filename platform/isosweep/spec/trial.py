@@ -146,7 +146,7 @@ class RolloutConfig(Section):
     see :func:`rollout_engine`; the trial log says which and why)."""
     precision: Literal["bf16", "fp8", "int8", "int6", "int4", "int3", "int2"] | None = None
     """Rollout weights. Unset (default): the hardware profile's ``vllm.precision``, else ``bf16``
-    (:func:`rollout_precision`). ``bf16``, or ``fp8`` (vLLM ``quantization="fp8"`` on GPU; on CPU every linear
+    (:func:`rollout_precision`). ``bf16``, or ``fp8`` (vLLM's online ``quantization="fp8_per_channel"`` on GPU; on CPU every linear
     weight is rounded through float8_e4m3fn with a per-output-channel scale, activations stay bf16), or
     ``int8`` ... ``int2``: every linear weight rounded to that many bits (symmetric, per output channel)
     and served in bf16 on any engine -- a ladder of rollout errors for studying the TIS/AIS corrections,
@@ -164,10 +164,8 @@ class AlgorithmConfig(Section):
 
     lr_ref: float = Field(2.5e-5, gt=0)
     """Learning rate at batch ``batch_ref``; scaled by ``sqrt(Bp * n / batch_ref)``. The default is the
-    pick of the learning-rate pilot (``isosweep calibrate``: tiny-1m of warm-up version 2, easy set,
-    C = 2e4, batches 64 and 512, 2 seeds): 6.3e-5 and above fell below the base model; 4e-6, 1e-5 and
-    2.5e-5 stayed healthy at both batches and tied on the worse batch's gain, and the largest learns
-    fastest (+0.117 mean@4 at batch 64 against +0.093 for 1e-5)."""
+    pick of the learning-rate pilot for the tiny models (``isosweep calibrate``; its results are in
+    ``dashboards/calibration/``); a real model needs its own."""
     batch_ref: int = Field(128, gt=0)
     """Reference batch (rollouts per step) for ``lr_ref``."""
     width_ref: int | None = Field(None, gt=0)
