@@ -1,8 +1,8 @@
 """Bad input, kind by kind: each is answered with exit status 2 and a message naming the file or variable,
 the key and what is allowed, before anything is written (no runs folder, no MLflow run, no Ray job).
 
-`CASES` is the table the README's troubleshooting section shows (``README.md``, "Bad input and what
-isosweep says"); a test keeps the two the same, so a row cannot outlive its check. Kinds checked by other
+`CASES` is the table the user guide shows (``platform/docs/``, "Bad input and what isosweep says"); a test
+keeps the two the same, so a row cannot outlive its check. Kinds checked by other
 test modules (they need a cluster config, a running sweep or a server) are listed in `ELSEWHERE`.
 """
 
@@ -19,7 +19,9 @@ from isosweep.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 EASY = ROOT / "sweeps" / "trials" / "easy.yaml"
-README = ROOT / "README.md"
+# The pages that may show the bad-input table; it is found by its header row.
+GUIDE = [ROOT / "README.md", *sorted((ROOT / "platform" / "docs").glob("*.md"))]
+TABLE_HEAD = "| bad input | example | the message holds | test |"
 
 
 @dataclass(frozen=True)
@@ -158,16 +160,23 @@ def test_bad_input_exits_2_names_what_is_wrong_and_writes_nothing(case, tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(case.files), "something was written"
 
 
-def readme_table() -> list[tuple[str, str]]:
-    """The (kind, test) rows of the README's bad-input table."""
-    text = README.read_text()
-    section = text.split("### Bad input and what isosweep says", 1)[1].split("\n#", 1)[0]
-    rows = [line.split("|")[1:-1] for line in section.splitlines() if line.startswith("| ") and "---" not in line]
-    return [(cells[0].strip(), cells[-1].strip().strip("`")) for cells in rows[1:]]
+def guide_table() -> list[tuple[str, str]]:
+    """The (kind, test) rows of the bad-input table the user guide shows (the page of GUIDE that holds it)."""
+    for page in GUIDE:
+        lines = page.read_text().splitlines()
+        if TABLE_HEAD in lines:
+            table = []
+            for line in lines[lines.index(TABLE_HEAD):]:
+                if not line.startswith("| "):
+                    break
+                table.append(line)
+            rows = [line.split("|")[1:-1] for line in table if "---" not in line]
+            return [(cells[0].strip(), cells[-1].strip().strip("`")) for cells in rows[1:]]
+    raise AssertionError(f"no page of {[str(p.relative_to(ROOT)) for p in GUIDE]} shows the table {TABLE_HEAD!r}")
 
 
-def test_the_readme_table_is_these_cases():
-    rows = readme_table()
+def test_the_guide_table_is_these_cases():
+    rows = guide_table()
     here = "tests/faults/test_bad_input.py"
     assert [kind for kind, _ in rows] == [c.kind for c in CASES] + list(ELSEWHERE)
     assert all(test == here for _, test in rows[:len(CASES)])
