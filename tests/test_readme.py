@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 MAX_LINES = 300
 MAX_DATES = 5
-LINKED = [README, ROOT / "dashboards" / "FINDINGS.md", *sorted((ROOT / "platform" / "docs").glob("*.md"))]
+LINKED = [README, ROOT / "dashboards" / "FINDINGS.md", ROOT / "sweeps" / "README.md",
+          *sorted((ROOT / "platform" / "docs").glob("*.md"))]
 
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
