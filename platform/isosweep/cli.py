@@ -124,7 +124,7 @@ def _sweep(args: argparse.Namespace) -> None:
     from isosweep.run.grid import run_sweep  # Ray, torch, MLflow
 
     analysis = run_sweep(study, runs_root=Path(args.runs).expanduser(), dashboards=None if args.no_dashboards else args.dashboards,
-                         address=args.address, progress_every_s=args.progress_every)
+                         address=args.address, progress_every_s=args.progress_every, live=not args.plain)
     if analysis is None:
         raise SystemExit(130)
 
@@ -152,7 +152,7 @@ def _hpo(study: HPOStudy, args: argparse.Namespace) -> None:
 
     result = run_hpo(study, runs_root=Path(args.runs).expanduser(),
                      dashboards=None if args.no_dashboards else args.dashboards, address=args.address,
-                     progress_every_s=args.progress_every)
+                     progress_every_s=args.progress_every, live=not args.plain)
     if result is None:
         raise SystemExit(130)
 
@@ -338,6 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="Ray cluster to join (e.g. 'auto'); default: a new local Ray on 127.0.0.1")
     ray.add_argument("--progress-every", type=float, default=30.0,
                      help="seconds between progress lines (default: 30)")
+    ray.add_argument("--plain", action="store_true",
+                     help="progress as plain lines, never the live display a terminal gets otherwise (as "
+                          "ISOSWEEP_PLAIN=1; pipes and CI always get plain lines)")
     dry = sweep.add_argument_group("dry run")
     dry.add_argument("--dry-run", action="store_true",
                      help="print the trials, resources per trial, expected GPU-hours and concurrency (on GPU profiles "

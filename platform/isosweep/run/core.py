@@ -7,7 +7,9 @@
                               one CPU worker; Tune reuses the process for the next trial) reporting
                               each eval to Tune, or a Ray Train TorchTrainer (``ray_train``) whose
                               rank 0 logs every eval and whose TuneReportCallback forwards them
-                         ─► one progress line every N s, a line per finished or failed trial
+                         ─► progress: on a terminal a live display (rich: a line per running trial, the
+                            study's bar; Ray's own messages to <sweep-id>/ray.log), elsewhere a status line
+                            every N s; either way a line per finished or failed trial
 
 Resuming. A study's state is its trial directories (``runs/sweeps/<sweep-id>/trials/<key>``:
 checkpoints and ``metrics.jsonl``) and its MLflow runs, not Tune's experiment snapshot: a
@@ -25,18 +27,26 @@ that then wait for workers that cannot be placed.
 
 from __future__ import annotations
 
+import logging
 import math
+import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TextIO
 
 import ray
 import yaml
 from ray import tune
 from ray.tune.integration.ray_train import TuneReportCallback
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, TaskID, TextColumn
+from rich.progress import Progress as Bars
+from rich.text import Text
 
 from isosweep.run.lock import lock_study
 from isosweep.spec.profiles import get_profile
@@ -50,6 +60,12 @@ from isosweep.trial.files import TrialDir
 from isosweep.trial.job import WORKER_RESTARTS, in_process_threads, ray_init, run_in_process, run_torch_trainer
 
 TRIALS = "trials"
+RAY_LOG = "ray.log"
+"""Where, in a study's folder, Ray's and Tune's own messages go while the live display is up."""
+PLAIN_ENV = "ISOSWEEP_PLAIN"
+"""``ISOSWEEP_PLAIN=1``: plain progress lines even on a terminal (as ``isosweep sweep --plain``)."""
+REDRAW_S = 1.0
+"""Seconds between two redraws of the live display between Tune's events (it reads the trials' ``steps.jsonl``)."""
 
 
 def say(*args, **kwargs) -> None:
@@ -266,35 +282,191 @@ def open_study(sweep_id: str, runs_root: str | Path, log: Callable[[str], None])
     return sweep_out, uri
 
 
+@dataclass(frozen=True)
+class StudyStanding:
+    """Where a whole study stands: what its status line and the live display's bar say."""
+
+    done: float
+    """Compute done, in ``unit`` (an int for a grid's rollouts)."""
+    total: float
+    unit: str
+    """``rollouts`` (a grid), ``target-eq. rollouts`` (an HPO study's budget)."""
+    rate: float | None
+    """``unit`` per second this driver has done; None where no pace is estimated (an HPO study)."""
+    left_s: float | None
+    """The estimate of the time left; None until it settles."""
+    trials: str
+    """``1/2 trials done, 1 running, 0 failed``."""
+    best: str
+    """The best evaluation so far: ``best eval/mean@4 0.600 (n8-Bp8)``, ``no eval yet``."""
+
+    def time_left(self) -> str:
+        return f"~{duration(self.left_s)} left" if self.left_s is not None else "estimating time left"
+
+
+@dataclass(frozen=True)
+class TrialStanding:
+    """Where one running trial stands: a line of the live display."""
+
+    key: str
+    rollouts: int
+    """Rollouts trained so far (its ``steps.jsonl`` between evaluations)."""
+    budget: int
+    """Its budget, in rollouts."""
+    value: str
+    """Its last evaluation, ``mean@4 0.412`` (``no eval yet`` before the first)."""
+
+
 class ProgressState(Protocol):
-    """What a runner tells the progress callback: one status line and the events that change it."""
+    """What a runner tells the progress callback: where the study and its trials stand, and the events that
+    change it."""
 
     def result(self, key: str, result: dict) -> None: ...
 
     def complete(self, key: str) -> str | None:
         """Note trial ``key`` as finished; a line to log for it, if any."""
 
-    def status(self, running: int, failed: int, elapsed_s: float) -> str: ...
+    def standing(self, running: int, failed: int, elapsed_s: float) -> StudyStanding:
+        """Where the study stands (reading the unfinished trials' ``steps.jsonl``)."""
+
+    def trial(self, key: str) -> TrialStanding:
+        """Where running trial ``key`` stands, as of the last :meth:`standing`."""
+
+    def status(self, running: int, failed: int, elapsed_s: float) -> str:
+        """The plain status line."""
+
+
+def live_wanted(stream: TextIO | None = None) -> bool:
+    """Whether a study asked for the live display draws it: ``stream`` (stdout) is a terminal other than
+    ``TERM=dumb``, and ``ISOSWEEP_PLAIN`` is unset (or ``0``). A pipe, CI or a log file gets the plain lines,
+    which scripts and tests read."""
+    stream = sys.stdout if stream is None else stream
+    return (os.environ.get(PLAIN_ENV, "") in ("", "0") and getattr(stream, "isatty", lambda: False)()
+            and os.environ.get("TERM") != "dumb")
+
+
+@contextmanager
+def ray_messages_to(path: Path) -> Iterator[None]:
+    """Ray's and Tune's own messages go to ``path`` for the length of the block, not between the live display's
+    redraws: the console handlers of the ``ray`` loggers (Ray's start and shutdown, Tune's and Train's notices and
+    warnings) are swapped for the file, and Tune's console reporter is its legacy one, which prints nothing at
+    ``verbose=0`` (the current one prints its tables and a TensorBoard hint at any verbosity; the results are in
+    the study's ``tune/`` folder all the same). Workers' lines never reach the driver (``log_to_driver=False``)."""
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    swapped = {}
+    loggers = [logging.getLogger("ray")] + [logger for name, logger in list(logging.root.manager.loggerDict.items())
+                                            if name.startswith("ray.") and isinstance(logger, logging.Logger)]
+    for logger in loggers:
+        consoles = [h for h in logger.handlers
+                    if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)]
+        if consoles or logger.name == "ray":
+            swapped[logger] = list(logger.handlers)
+            logger.handlers = [h for h in logger.handlers if h not in consoles] + [handler]
+    engine = os.environ.get("RAY_AIR_NEW_OUTPUT")
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # read by Tune's driver alone (a local Ray's workers inherit it unread)
+    try:
+        yield
+    finally:
+        for logger, handlers in swapped.items():
+            logger.handlers = handlers
+        if engine is None:
+            os.environ.pop("RAY_AIR_NEW_OUTPUT", None)
+        else:
+            os.environ["RAY_AIR_NEW_OUTPUT"] = engine
+        handler.close()
+
+
+class LiveView:
+    """A study's live display (rich): the study's bar (compute done of its total, pace, time left), under it a line
+    per running trial (its key, rollouts done of its budget, its last evaluation), and a line of trials and the
+    best evaluation so far. What is printed while it is up (``say``, ``print``) appears above it."""
+
+    def __init__(self, console: Console, name: str) -> None:
+        self.bars = Bars(TextColumn("{task.description}"), BarColumn(bar_width=30),
+                         TextColumn("{task.fields[amount]}", justify="right"), TextColumn("{task.fields[info]}"),
+                         console=console, auto_refresh=False)
+        self.study = self.bars.add_task(name, total=1, amount="", info="")
+        self.rows: dict[str, TaskID] = {}
+        self.summary = Text("")
+        # redrawn by the Tune callback (at its events, and every REDRAW_S between them), not by a thread of its own
+        self.live = Live(self, console=console, auto_refresh=False, redirect_stdout=True, redirect_stderr=True)
+
+    def __rich__(self) -> Group:
+        return Group(self.bars, self.summary)
+
+    def show(self, study: StudyStanding, trials: list[TrialStanding], elapsed_s: float) -> None:
+        keys = {t.key for t in trials}
+        for key in [k for k in self.rows if k not in keys]:
+            self.bars.remove_task(self.rows.pop(key))
+        for t in trials:
+            if t.key not in self.rows:
+                self.rows[t.key] = self.bars.add_task(f"  {t.key}", total=max(t.budget, 1), amount="", info="")
+            self.bars.update(self.rows[t.key], completed=t.rollouts, amount=f"{t.rollouts:,}/{t.budget:,} rollouts",
+                             info=t.value)
+        pace = "" if study.rate is None else f"{study.rate:,.1f}/s" + (
+            f", {study.time_left()}" if study.done < study.total else "")
+        self.bars.update(self.study, total=max(study.total, 1), completed=study.done,
+                         amount=f"{study.done:,.0f}/{study.total:,.0f} {study.unit}", info=pace)
+        self.summary = Text(f"{study.trials} | {study.best} | elapsed {duration(elapsed_s)}")
+        self.live.refresh()
 
 
 class Progress(tune.Callback):
-    """One line per finished or failed trial and a status line every ``every_s`` seconds, for any study."""
+    """A line per finished or failed trial, and where the study stands: for any study, on a terminal (``live``) a
+    live display redrawn at each event and every :data:`REDRAW_S` (shown for the length of :meth:`shown`),
+    elsewhere a status line every ``every_s`` seconds."""
 
     def __init__(self, state: ProgressState, sweep_out: Path, log: Callable[[str], None], every_s: float,
-                 prefix: str, uri: str | None = None) -> None:
-        """``uri``: the study's MLflow; at each status line a local server that stopped is restarted."""
+                 prefix: str, uri: str | None = None, live: bool = False) -> None:
+        """``uri``: the study's MLflow; every ``every_s`` a local server that stopped is restarted."""
         self.state, self.sweep_out, self.log, self.every_s, self.prefix = state, sweep_out, log, every_s, prefix
-        self.uri = uri
-        self.start, self.last = time.monotonic(), 0.0
+        self.uri, self.live = uri, live
+        self.start, self.last, self.drawn = time.monotonic(), 0.0, 0.0
+        self.redraw_s = REDRAW_S
         self.ended: set[str] = set()
         self.failed: set[str] = set()
+        self.view: LiveView | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What Tune pickles with the experiment: everything but the live display (a terminal's)."""
+        return {**self.__dict__, "view": None}
+
+    @contextmanager
+    def shown(self, console: Console | None = None) -> Iterator[None]:
+        """The live display for the length of the block where ``live`` (on ``console``, default stdout's), with
+        Ray's and Tune's own messages in ``<study folder>/ray.log`` meanwhile (:func:`ray_messages_to`); plain
+        lines otherwise, as they always were."""
+        if not self.live:
+            yield
+            return
+        path = Path(self.sweep_out) / RAY_LOG
+        self.log(f"[{self.prefix}] Ray's and Tune's own messages go to {path} while the live display is up")
+        view = LiveView(console or Console(), self.prefix)
+        with ray_messages_to(path), view.live:
+            self.view = view
+            try:
+                self._draw([])
+                yield
+            finally:
+                self.view = None
+
+    def _running(self, trials) -> list[str]:
+        return [job_key(t) for t in trials if t.status == "RUNNING" and job_key(t) not in self.ended]
 
     def _status(self, trials) -> str:
-        running = sum(t.status == "RUNNING" and job_key(t) not in self.ended for t in trials)
-        return self.state.status(running, len(self.failed), time.monotonic() - self.start)
+        return self.state.status(len(self._running(trials)), len(self.failed), time.monotonic() - self.start)
+
+    def _draw(self, trials) -> None:
+        running, elapsed = self._running(trials), time.monotonic() - self.start
+        study = self.state.standing(len(running), len(self.failed), elapsed)  # first: it reads the trials' files
+        self.view.show(study, [self.state.trial(key) for key in running], elapsed)
+        self.drawn = time.monotonic()
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         self.state.result(job_key(trial), result)
+        if self.view is not None:
+            self._draw(trials)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         key = job_key(trial)
@@ -302,7 +474,10 @@ class Progress(tune.Callback):
         line = self.state.complete(key)
         if line:
             self.log(line)
-            self.log(self._status(trials))
+            if self.view is None:
+                self.log(self._status(trials))
+        if self.view is not None:
+            self._draw(trials)
 
     def on_trial_error(self, iteration, trials, trial, **info):
         key = job_key(trial)
@@ -310,12 +485,17 @@ class Progress(tune.Callback):
         self.failed.add(key)
         self.log(f"[{self.prefix}] trial {key} FAILED (its checkpoints and MLflow run are kept; re-run to retry): "
                  f"see {trial_of(self.sweep_out, key).log_file} and {trial.local_path}")
+        if self.view is not None:
+            self._draw(trials)
 
     def on_step_end(self, iteration, trials, **info):
         now = time.monotonic()
+        if self.view is not None and now - self.drawn >= self.redraw_s:
+            self._draw(trials)
         if now - self.last >= self.every_s:
             self.last = now
-            self.log(self._status(trials))
+            if self.view is None:
+                self.log(self._status(trials))
             if self.uri:
                 revive(self.uri, self.log)
 
@@ -361,7 +541,7 @@ def run_trials(sweep_out: Path, cfgs: list[TrialConfig], source: str | Path, add
     (:data:`WORKER_RESTARTS`) plus the one retry every trial gets; each retry resumes from its checkpoint.
     """
     try:
-        with ray_session(address) as cluster:
+        with progress.shown(), ray_session(address) as cluster:
             concurrency = max_concurrency(cfgs, cluster, source, limit=limit)
             in_process = all(launcher_choice(cfg)[0] == "in_process" for cfg in cfgs)
             log(f"[{prefix}] {concurrency} at a time (each trial: {resources_of(cfgs[0])} of Ray's "

@@ -25,10 +25,13 @@ from isosweep.report.analysis import Analysis, analyse, table_text, write_output
 from isosweep.report.planner import write_sweep_data
 from isosweep.run.core import (
     Progress,
+    StudyStanding,
     TrialJob,
+    TrialStanding,
     check_problem_sets,
     duration,
     is_finished,
+    live_wanted,
     open_study,
     run_trials,
     say,
@@ -44,13 +47,16 @@ from isosweep.track.curves import CURVES_FILE, SweepData
 
 
 class GridProgress:
-    """The progress of a grid sweep: trials done, rollouts done of all, the best eval so far, time left."""
+    """The progress of a grid sweep: trials done, rollouts done of all, the best eval so far, time left; each
+    running trial's rollouts and last eval."""
 
     def __init__(self, sweep: Sweep, sweep_out: Path) -> None:
         self.metric = sweep.metric
         self.total = {p.key: steps(p.cfg) * p.cfg.Bp * p.cfg.n for p in sweep.trials}
         self.rollouts: dict[str, int] = {}
         self.best: tuple[str | None, float] = (None, -math.inf)
+        self.last: dict[str, float] = {}
+        """Each trial's last evaluation of ``metric``."""
         self.done: set[str] = set()
         self.trials = {p.key: trial_of(sweep_out, p.key) for p in sweep.trials}
         for point in sweep.trials:
@@ -64,6 +70,8 @@ class GridProgress:
         self.at_start = sum(self.rollouts.values())
 
     def _beat(self, key: str, result: dict) -> None:
+        if self.metric in result:
+            self.last[key] = result[self.metric]
         if result.get(self.metric, -math.inf) > self.best[1]:
             self.best = (key, result[self.metric])
 
@@ -85,7 +93,7 @@ class GridProgress:
             if key not in self.done:
                 self.rollouts[key] = max(self.rollouts[key], min(trial.last_step_rollouts(), self.total[key]))
 
-    def status(self, running: int, failed: int, elapsed_s: float) -> str:
+    def standing(self, running: int, failed: int, elapsed_s: float) -> StudyStanding:
         self._read_steps()
         total = sum(self.total.values())
         done_rollouts = sum(self.rollouts.values())
@@ -93,18 +101,31 @@ class GridProgress:
         left = total - done_rollouts
         # the first evaluations come before most of a trial's start-up cost: no estimate from them
         settled = done_rollouts - self.at_start >= 0.05 * total
-        eta = f"~{duration(left / rate)} left" if settled and rate > 0 and left > 0 else "estimating time left"
-        best = f"best {self.metric} {self.best[1]:.3f} ({self.best[0]})" if self.best[0] else "no eval yet"
-        return (f"[sweep] {len(self.done)}/{len(self.total)} trials done, {running} running, {failed} failed | "
-                f"{done_rollouts:,}/{total:,} rollouts | {best} | elapsed {duration(elapsed_s)}, {eta}")
+        return StudyStanding(
+            done=done_rollouts, total=total, unit="rollouts", rate=rate,
+            left_s=left / rate if settled and rate > 0 and left > 0 else None,
+            trials=f"{len(self.done)}/{len(self.total)} trials done, {running} running, {failed} failed",
+            best=f"best {self.metric} {self.best[1]:.3f} ({self.best[0]})" if self.best[0] else "no eval yet")
+
+    def trial(self, key: str) -> TrialStanding:
+        value = self.last.get(key)
+        return TrialStanding(key=key, rollouts=self.rollouts[key], budget=self.total[key],
+                             value=f"{self.metric.split('/')[-1]} {value:.3f}" if value is not None else "no eval yet")
+
+    def status(self, running: int, failed: int, elapsed_s: float) -> str:
+        s = self.standing(running, failed, elapsed_s)
+        return (f"[sweep] {s.trials} | {s.done:,}/{s.total:,} rollouts | {s.best} | elapsed {duration(elapsed_s)}, "
+                f"{s.time_left()}")
 
 
 def run_sweep(sweep: Sweep, runs_root: str | Path = "runs/sweeps", dashboards: str | Path | None = None,
               address: str | None = None, log: Callable[[str], None] = say, progress_every_s: float = 30.0,
-              concurrency: int | None = None) -> Analysis | None:
+              concurrency: int | None = None, live: bool = False) -> Analysis | None:
     """Run (or resume) ``sweep``; returns the frontier analysis, or None if it was interrupted. ``concurrency``:
     at most this many trials at once (default: as many as the cluster fits). A grid point that does not fit its
-    profile's GPUs stops it before anything is written (:func:`isosweep.run.plan.check_memory`).
+    profile's GPUs stops it before anything is written (:func:`isosweep.run.plan.check_memory`). ``live``: the
+    progress as a live display where stdout is a terminal (:func:`isosweep.run.core.live_wanted`; ``isosweep sweep``
+    asks for it unless ``--plain``), else plain lines.
 
     The report goes beside the trials (``runs_root/<sweep id>/frontier``) and to MLflow; the committed studies
     change only when ``dashboards`` is given (``dashboards/<sweep name>`` then gets it too)."""
@@ -112,13 +133,14 @@ def run_sweep(sweep: Sweep, runs_root: str | Path = "runs/sweeps", dashboards: s
     check_problem_sets([p.cfg for p in sweep.trials], sweep.path, log)
     sweep_out, uri = open_study(sweep.sweep_id, runs_root, log)
     try:
-        return _run_locked(sweep, sweep_out, uri, dashboards, address, log, progress_every_s, concurrency)
+        return _run_locked(sweep, sweep_out, uri, dashboards, address, log, progress_every_s, concurrency, live)
     finally:
         release_study(sweep_out)
 
 
 def _run_locked(sweep: Sweep, sweep_out: Path, uri: str, dashboards: str | Path | None, address: str | None,
-                log: Callable[[str], None], progress_every_s: float, concurrency: int | None) -> Analysis | None:
+                log: Callable[[str], None], progress_every_s: float, concurrency: int | None,
+                live: bool = False) -> Analysis | None:
     client = runs.client(uri)
     parent_id = runs.open_parent(client, sweep, sweep_out)
     pending = [p for p in sweep.trials if not is_finished(trial_of(sweep_out, p.key), p.cfg)]
@@ -137,7 +159,8 @@ def _run_locked(sweep: Sweep, sweep_out: Path, uri: str, dashboards: str | Path 
     if pending:
         jobs = [TrialJob(key=p.key, config_key=p.config_key, cfg=p.cfg, out=str(trial_of(sweep_out, p.key).path),
                          sweep_id=sweep.sweep_id, parent_run_id=parent_id, tracking_uri=uri) for p in pending]
-        progress = Progress(GridProgress(sweep, sweep_out), sweep_out, log, progress_every_s, "sweep", uri=uri)
+        progress = Progress(GridProgress(sweep, sweep_out), sweep_out, log, progress_every_s, "sweep", uri=uri,
+                            live=live and live_wanted())
         interrupted = run_trials(sweep_out, [p.cfg for p in sweep.trials], sweep.path, address, progress, log,
                                  "sweep", limit=concurrency,
                                  param_space={"trial": tune.grid_search([j.to_tune() for j in jobs])})

@@ -41,7 +41,19 @@ from isosweep.hpo.ledger import StudyLedger, TrialEntry
 from isosweep.hpo.searcher import JFHPOSearcher, RandomSearcher, asha_scheduler, read_json_state, write_json_state
 from isosweep.hpo.stopping import DynamicsStopper
 from isosweep.report.hpo import summary, table_text, verdict_text, write_summary
-from isosweep.run.core import Progress, TrialJob, check_problem_sets, duration, open_study, run_trials, say, trial_of
+from isosweep.run.core import (
+    Progress,
+    StudyStanding,
+    TrialJob,
+    TrialStanding,
+    check_problem_sets,
+    duration,
+    live_wanted,
+    open_study,
+    run_trials,
+    say,
+    trial_of,
+)
 from isosweep.run.lock import release_study
 from isosweep.spec.hpo import HPOStudy
 from isosweep.spec.trial import TrialConfig
@@ -286,25 +298,44 @@ class StudySearch(Searcher):
 
 
 class StudyProgress:
-    """The progress of an HPO study for the runner core's progress line: spent and committed budget, incumbent."""
+    """The progress of an HPO study for the runner core: spent and committed budget, incumbent; each running trial's
+    rollouts of its budget and last eval."""
 
     def __init__(self, search: StudySearch) -> None:
         self.search = search
+        self.last: dict[str, float] = {}
+        """Each trial's last evaluation of the study's metric."""
 
     def result(self, key: str, result: dict) -> None:
-        pass
+        if result.get(self.search.study.metric) is not None:
+            self.last[key] = float(result[self.search.study.metric])
 
     def complete(self, key: str) -> None:
         return None  # StudySearch logs each finished trial with its cost and the incumbent
 
-    def status(self, running: int, failed: int, elapsed_s: float) -> str:
+    def standing(self, running: int, failed: int, elapsed_s: float) -> StudyStanding:
         ledger, study = self.search.ledger, self.search.study
         incumbent = ledger.incumbent()
         done = sum(t.status != "running" for t in ledger.trials.values())
-        return (f"[hpo] {done} trials finished, {len(ledger.running)} running | spent {ledger.spent:,.0f} + "
-                f"{ledger.committed:,.0f} committed of {study.study_budget:,.0f} | incumbent at {study.target}: "
-                + (f"{incumbent:.3f}" if incumbent is not None else "none yet")
-                + f" | elapsed {duration(elapsed_s)}")
+        # trials are charged when they end, and early stops make their length unknown: no pace, no time left
+        return StudyStanding(done=ledger.spent, total=study.study_budget, unit="target-eq. rollouts", rate=None,
+                             left_s=None, trials=f"{done} trials finished, {len(ledger.running)} running",
+                             best=f"incumbent at {study.target}: "
+                                  + (f"{incumbent:.3f}" if incumbent is not None else "none yet"))
+
+    def trial(self, key: str) -> TrialStanding:
+        entry = self.search.ledger.trials[key]
+        rollouts = min(trial_of(self.search.sweep_out, key).last_step_rollouts(), entry.budget)
+        value = self.last.get(key)
+        return TrialStanding(key=key, rollouts=rollouts, budget=entry.budget,
+                             value=f"{self.search.study.metric.split('/')[-1]} {value:.3f}" if value is not None
+                             else "no eval yet")
+
+    def status(self, running: int, failed: int, elapsed_s: float) -> str:
+        ledger, study = self.search.ledger, self.search.study
+        s = self.standing(running, failed, elapsed_s)
+        return (f"[hpo] {s.trials} | spent {ledger.spent:,.0f} + {ledger.committed:,.0f} committed of "
+                f"{study.study_budget:,.0f} | {s.best} | elapsed {duration(elapsed_s)}")
 
 
 def make_searcher(study: HPOStudy):
@@ -341,19 +372,20 @@ def probe_config(study: HPOStudy) -> TrialConfig:
 
 
 def run_hpo(study: HPOStudy, runs_root: str | Path = "runs/sweeps", dashboards: str | Path | None = "dashboards",
-            address: str | None = None, log: Callable[[str], None] = say, progress_every_s: float = 30.0
-            ) -> dict | None:
-    """Run (or resume) ``study``; returns its summary (see :func:`isosweep.report.hpo.summary`), or None if interrupted."""
+            address: str | None = None, log: Callable[[str], None] = say, progress_every_s: float = 30.0,
+            live: bool = False) -> dict | None:
+    """Run (or resume) ``study``; returns its summary (see :func:`isosweep.report.hpo.summary`), or None if interrupted.
+    ``live``: the progress as a live display where stdout is a terminal (:func:`isosweep.run.core.live_wanted`)."""
     check_problem_sets([probe_config(study)], study.path, log)
     sweep_out, uri = open_study(study.sweep_id, runs_root, log)
     try:
-        return _run_locked(study, sweep_out, uri, dashboards, address, log, progress_every_s)
+        return _run_locked(study, sweep_out, uri, dashboards, address, log, progress_every_s, live)
     finally:
         release_study(sweep_out)
 
 
 def _run_locked(study: HPOStudy, sweep_out: Path, uri: str, dashboards: str | Path | None, address: str | None,
-                log: Callable[[str], None], progress_every_s: float) -> dict | None:
+                log: Callable[[str], None], progress_every_s: float, live: bool = False) -> dict | None:
     client = runs.client(uri)
     spec = study.spec
     tags = {"isosweep.study": "hpo", "isosweep.search": spec.search, "isosweep.metric": study.metric,
@@ -387,7 +419,8 @@ def _run_locked(study: HPOStudy, sweep_out: Path, uri: str, dashboards: str | Pa
         if spec.search == "asha":
             scheduler = asha_scheduler(study.space, study.metric, "max", time_attr="rollouts",
                                        reduction_factor=spec.asha.reduction_factor)
-        progress = Progress(StudyProgress(search), sweep_out, log, progress_every_s, "hpo", uri=uri)
+        progress = Progress(StudyProgress(search), sweep_out, log, progress_every_s, "hpo", uri=uri,
+                            live=live and live_wanted())
         run_trials(sweep_out, [probe], study.path, address, progress, log, "hpo", limit=spec.max_trials,
                    stop=stopper, search_alg=search, scheduler=scheduler, num_samples=-1)
     logged = search.settle()
