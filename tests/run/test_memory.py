@@ -15,7 +15,6 @@ from isosweep.run.memory import (
     LOGPROB_COPIES,
     OVERHEAD,
     VLLM_RESERVE,
-    activation_bytes,
     model_config,
     model_shape,
     model_states,
