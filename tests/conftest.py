@@ -29,7 +29,7 @@ def mlflow_server(tmp_path_factory):
     import os
 
     from isosweep.track import server
-    from isosweep.trial.job import free_port
+    from isosweep.trial.localhost import free_port
 
     env = {"ISOSWEEP_MLFLOW_DIR": str(tmp_path_factory.mktemp("mlflow")), "ISOSWEEP_MLFLOW_PORT": str(free_port())}
     saved = {key: os.environ.get(key) for key in (*env, "MLFLOW_TRACKING_URI")}

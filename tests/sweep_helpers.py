@@ -15,7 +15,7 @@ from pathlib import Path
 
 from isosweep.track import runs
 from isosweep.trial.files import TrialDir
-from isosweep.trial.job import free_port
+from isosweep.trial.localhost import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 ISOSWEEP = str(Path(sys.executable).with_name("isosweep"))

@@ -14,7 +14,7 @@ import pytest
 from isosweep.run.submit import EXCLUDES, entrypoint
 from isosweep.spec.grid import load_sweep
 from isosweep.track import runs
-from isosweep.trial.job import free_port
+from isosweep.trial.localhost import free_port
 from sweep_helpers import kill_ray_under
 
 ROOT = Path(__file__).resolve().parents[2]

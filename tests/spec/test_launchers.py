@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 import yaml
 
-from isosweep.trial.job import free_port
+from isosweep.trial.localhost import free_port
 from sweep_helpers import processes_under
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -39,7 +39,8 @@ from isosweep.spec.grid import load_sweep
 from isosweep.spec.trial import load_trial, rollout_engine
 from isosweep.tasks import get_task
 from isosweep.trial.files import TrialDir
-from isosweep.trial.job import free_port, ray_init, run_trial
+from isosweep.trial.job import ray_init, run_trial
+from isosweep.trial.localhost import free_port
 
 BATCHES = (32, 128, 512)
 SAMPLES_PER_PROMPT = 8

@@ -24,7 +24,6 @@ fresh Ray worker process per trial; kept light, it costs them well under a secon
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 import uuid
@@ -38,6 +37,7 @@ from isosweep.spec.trial import TrialConfig, launcher_choice, resources_of, roll
 from isosweep.track.curves import without_counts
 from isosweep.track.null import NullTracker
 from isosweep.trial.files import TrialDir, kill_point
+from isosweep.trial.localhost import LOOPBACK, free_port
 
 RAY_ENV = {
     # ray.train.report costs ~2 s at the default health-check interval; 0.25 s makes it ~0.
@@ -55,7 +55,6 @@ RAY_ENV = {
 }
 
 
-LOOPBACK = "127.0.0.1"
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 """Ray's switch for macOS and Windows, where a local Ray takes 127.0.0.1 as its node address: its GCS,
 raylet, workers, agents and dashboard then bind only to the loopback interface. On Linux Ray otherwise
@@ -127,13 +126,6 @@ def ray_init(address: str | None = None, log_to_driver: bool = True) -> bool:
         ray.init(address="local", _node_ip_address=LOOPBACK, dashboard_host=LOOPBACK,
                  runtime_env={"env_vars": env_vars}, **common)
     return True
-
-
-def free_port() -> int:
-    """A TCP port on the loopback interface that nothing listens on now."""
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
 
 
 def train_logged(cfg: TrialConfig, trial: TrialDir, tracker=None, report: Callable[[dict], None] | None = None,

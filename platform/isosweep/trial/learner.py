@@ -16,7 +16,6 @@ with ``save_pretrained`` by the trial, so a checkpoint stays loadable by ``from_
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -27,6 +26,7 @@ from torch.distributed.distributed_c10d import _world
 
 from isosweep.spec.profiles import deepspeed_overrides, get_profile
 from isosweep.spec.trial import TrialConfig, learning_rate, warmup_fraction, width_factor, width_scaled
+from isosweep.trial.localhost import LOOPBACK, free_port
 
 LAUNCHER_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 """The variables a launcher (Ray Train, torchrun) gives each worker, and :func:`init_distributed` sets for a world of one."""
@@ -56,10 +56,7 @@ def init_distributed(backend: str) -> tuple[int, int]:
             os.environ.update(RANK=str(dist.get_rank()), WORLD_SIZE=str(dist.get_world_size()), LOCAL_RANK="0",
                               LOCAL_WORLD_SIZE="1")
         else:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1",
+            os.environ.update(MASTER_ADDR=LOOPBACK, MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1",
                               LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
             alone = True
     if backend == "gloo":  # before DeepSpeed sets up its backend: here, or in make_learner if Ray Train made the group

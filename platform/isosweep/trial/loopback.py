@@ -25,7 +25,7 @@ from ray.train.torch.config import (  # Ray's own steps of a process group's sta
     _TorchBackend,
 )
 
-from isosweep.trial.job import LOOPBACK
+from isosweep.trial.localhost import LOOPBACK
 
 LOOPBACK_IFNAME = {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
 _STORES: list = []
