@@ -141,8 +141,8 @@ def policy_update(learner, reference, batch: dict[str, Tensor], advantages: Tens
     # micro-batches the batch's log-probs come from a gradient-free pass (with one, from the pass itself)
     old_logp = _log_probs_of(learner, batch, parts, widths, cfg) if algo.correction == "ais" and len(parts) > 1 \
         else None
-    alpha = None if old_logp is None else ais_alpha(old_logp, rollout_logp, advantages, mask, algo.is_cap,
-                                                     algo.ais_delta, algo.ais_beta, algo.ais_gamma)[0]
+    alpha, ais_stats = (None, None) if old_logp is None else \
+        ais_alpha(old_logp, rollout_logp, advantages, mask, algo.is_cap, algo.ais_delta, algo.ais_beta, algo.ais_gamma)
     seen_logp = torch.zeros_like(mask)
     loss_sum, entropy_sum, clip_sum = (torch.zeros((), device=mask.device) for _ in range(3))
     for rows, width in zip(parts, widths):
@@ -153,8 +153,8 @@ def policy_update(learner, reference, batch: dict[str, Tensor], advantages: Tens
         old = logp.detach() if old_logp is None else old_logp[rows, cut]
         seen_logp[rows, cut] = old
         if alpha is None and algo.correction == "ais":  # one micro-batch: the whole batch
-            alpha, _ = ais_alpha(old, r_logp, advantages[rows], m, algo.is_cap, algo.ais_delta, algo.ais_beta,
-                                 algo.ais_gamma)
+            alpha, ais_stats = ais_alpha(old, r_logp, advantages[rows], m, algo.is_cap, algo.ais_delta,
+                                         algo.ais_beta, algo.ais_gamma)
         weights = {
             "none": lambda: None,
             "tis": lambda: tis_weights(old, r_logp, m, algo.is_cap)[0],
@@ -170,8 +170,9 @@ def policy_update(learner, reference, batch: dict[str, Tensor], advantages: Tens
         loss_sum += loss.detach() * share
         entropy_sum += mean_entropy.detach() * share
         clip_sum += stats["clip_frac"] * share
-    _, ais_stats = ais_alpha(seen_logp, rollout_logp, advantages, mask, algo.is_cap, algo.ais_delta, algo.ais_beta,
-                             algo.ais_gamma)
+    if ais_stats is None:  # measured as a health signal whatever the correction: once, over the whole batch
+        _, ais_stats = ais_alpha(seen_logp, rollout_logp, advantages, mask, algo.is_cap, algo.ais_delta,
+                                 algo.ais_beta, algo.ais_gamma)
     return UpdateStats(
         loss=float(loss_sum), entropy=float(entropy_sum),
         kl=None if ref_logp is None else float(k3_kl(seen_logp, ref_logp, mask)),
