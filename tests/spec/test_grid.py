@@ -11,6 +11,7 @@ import pytest
 import isosweep.spec.grid as spec_grid
 import isosweep.spec.trial as spec_trial
 import isosweep.spec.values as values
+from isosweep.run.grid import folder_sweeps
 from isosweep.spec.grid import load_sweep
 from isosweep.spec.trial import TrialConfig, eval_steps, steps
 from isosweep.spec.values import parse_budget
@@ -150,25 +151,26 @@ def test_eval_points_are_log_spaced_in_compute():
     assert eval_steps(TrialConfig(budget=128 * 50, Bp=16, n=8, eval={"every": 20})) == [0, 20, 40, 50]
 
 
-@pytest.mark.parametrize(("sweep_file", "folder"), [("isocompute-hard.yaml", "isocompute-hard"),
-                                                    ("isocompute-easy-full.yaml", "isocompute-easy-full"),
-                                                    ("bend-easy.yaml", "bend-easy"), ("bend-hard.yaml", "bend-hard"),
-                                                    ("bend-easy-full.yaml", "bend-easy-full"),
-                                                    ("bend-hard-full.yaml", "bend-hard-full"),
-                                                    ("bend-fixed-batch.yaml", "bend-fixed-batch"),
-                                                    ("bend-fixed-batch-hard.yaml", "bend-fixed-batch-hard"),
-                                                    ("bend-fixed-batch64-hard.yaml", "bend-fixed-batch64-hard"),
-                                                    ("bend-hard-bp64.yaml", "bend-hard-bp64"),
-                                                    ("bend-easy-bp64.yaml", "bend-easy-bp64"),
-                                                    ("long-fixed-batch.yaml", "long-fixed-batch"),
-                                                    ("long-easy-bp64.yaml", "long-easy-bp64"),
-                                                    ("easy-bp64-seeds23.yaml", "easy-bp64-seeds23"),
-                                                    ("easy-bp64-seeds45.yaml", "easy-bp64-seeds45")])
-def test_a_committed_study_is_the_sweep_its_file_runs(sweep_file, folder):
-    """The study in dashboards/<folder>/ was run under the id its sweep file gives today: rerunning the file
+STUDY_FILES = [ROOT / "sweeps" / "isocompute-hard.yaml", *sorted((ROOT / "sweeps" / "studies").glob("*.yaml"))]
+
+
+def test_the_studies_of_this_repository_live_apart_from_the_sweeps_to_copy():
+    studies = {p.stem for p in (ROOT / "sweeps" / "studies").glob("*.yaml")}
+    assert len(studies) >= 18 and {"bend-easy", "long-easy-seed1", "easy-bp64-seeds45"} <= studies
+    assert not studies & {p.stem for p in (ROOT / "sweeps").glob("*.yaml")}
+
+
+@pytest.mark.parametrize("sweep_file", STUDY_FILES, ids=[p.name for p in STUDY_FILES])
+def test_a_committed_study_is_the_sweep_its_file_runs(sweep_file):
+    """Every study file's sweep was analysed into a committed dashboards/ folder (its own, or the one that pools
+    it with its other seeds) under the id the file gives today: rerunning the file, from wherever it lives now,
     resumes (or finds finished) those trials instead of starting another sweep."""
-    committed = json.loads((ROOT / "dashboards" / folder / "fits.json").read_text())
-    assert load_sweep(ROOT / "sweeps" / sweep_file, budget=committed["budget"]).sweep_id == committed["title"]
+    held = {sweep_id: folder for folder, ids in folder_sweeps(ROOT / "dashboards").items() for sweep_id in ids}
+    name = load_sweep(sweep_file).spec.name
+    budgets = {json.loads((folder / "fits.json").read_text())["budget"] for sweep_id, folder in held.items()
+               if sweep_id.startswith(name + "-")}
+    assert budgets, f"no dashboards/ folder holds a sweep of {sweep_file.name}"
+    assert any(load_sweep(sweep_file, budget=budget).sweep_id in held for budget in budgets)
 
 
 @pytest.mark.parametrize(("sweep_file", "folder"), [("isocompute-easy.yaml", "isocompute-easy"),
