@@ -89,6 +89,9 @@ def test_make_sweep_smoke_prints_the_frontier_and_fills_mlflow(mlflow_server, tm
     client = runs.client(uri)
     parent = runs.find_parent(client, sweep.sweep_id)
     assert parent.info.status == "FINISHED" and parent.data.tags["isosweep.study"] == "isocompute"
+    # its own link to the parent run, in the training view; none of MLflow's, which open the GenAI pages
+    assert f"[sweep] open it in MLflow's UI: {runs.run_url(uri, client, parent.info.run_id)}" in out
+    assert "View run" not in out + err and "View experiment" not in out + err
     check_mlflow_matches_the_trials(client, sweep, runs_dir)
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id, "frontier")}
     assert {"frontier/frontier.csv", "frontier/fits.json", "frontier/frontier.png", "frontier/allocation.png",
@@ -257,6 +260,10 @@ def test_a_browser_lands_on_the_runs_and_finds_the_frontier_plot_and_the_registr
     body = lambda b: b.find_element(By.TAG_NAME, "body").text  # noqa: E731
     click = lambda text: browser.find_element(By.XPATH, f"//*[normalize-space(text())='{text}']").click()  # noqa: E731
     try:
+        browser.get(runs.run_url(uri, client, parent.info.run_id))  # the link a sweep prints at its end
+        WebDriverWait(browser, 120).until(lambda b: "Artifacts" in body(b) and sweep.sweep_id in body(b))
+        assert "Model registry" in body(browser) and "Token Usage" not in body(browser)  # training pages
+        browser.save_screenshot(str(shots / "mlflow-parent-run.png"))
         browser.get(runs.experiment_url(uri, client))
         WebDriverWait(browser, 120).until(lambda b: sweep.sweep_id in body(b) and "Run Name" in body(b))
         assert "/runs?workflowType=machine_learning" in browser.current_url

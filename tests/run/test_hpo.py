@@ -331,8 +331,12 @@ def test_make_sweep_runs_an_hpo_study_and_resumes_it(tiny_family, mlflow_server,
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "[hpo] resuming:" in done.stdout
     assert "HPO study " + study.sweep_id in done.stdout and "best mean@4 at the target (tiny-1m)" in done.stdout
-    result = check_study_in_mlflow(runs.client(uri), study, runs_dir)
+    client = runs.client(uri)
+    result = check_study_in_mlflow(client, study, runs_dir)
     assert result["spent"] <= study.study_budget + 1e-6
+    parent = runs.find_parent(client, study.sweep_id)  # its link, in the training view; none of MLflow's own
+    assert f"[hpo] open it in MLflow's UI: {runs.run_url(uri, client, parent.info.run_id)}" in done.stdout
+    assert "View run" not in done.stdout + done.stderr
     assert result["trials"][-1]["final"] and result["trials"][-1]["size"] == "tiny-1m"
     assert result["by_size"]["tiny-0.3m"] >= 2
     assert (tmp_path / "dash" / "hpo-smoke" / "incumbent.png").exists()

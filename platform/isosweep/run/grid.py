@@ -246,6 +246,7 @@ def frontier_report(uri: str, sweep_id: str, out: str | Path | None, dashboards:
     log(f"[sweep] frontier table, fits and plots: {Path(out)} (report {Path(out) / 'report.html'})"
         + (f" and {Path(dashboards) / 'report.html'}" if dashboards else "")
         + f"; in MLflow on parent run {parent.info.run_id} (artifacts/frontier)")
+    log(f"[sweep] open it in MLflow's UI: {runs.run_url(uri, client, parent.info.run_id)}")
     if registered:
         name = runs.registered_model_name(sweep_id)
         last = registered[-1]

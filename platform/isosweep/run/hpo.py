@@ -451,4 +451,6 @@ def _run_locked(study: HPOStudy, sweep_out: Path, uri: str, dashboards: str | Pa
         + (f"; in MLflow on parent run {parent_id} (artifacts/hpo, metric hpo/incumbent over spent compute)" if logged
            else f"; MLflow at {uri} did not answer, so the study is finished on disk only: run the same command "
                 f"again once it answers to log it (no trial is rerun)"))
+    if logged:
+        log(f"[hpo] open it in MLflow's UI: {runs.run_url(uri, client, parent_id)}")
     return result

@@ -13,7 +13,8 @@ model per sweep (:func:`register_frontier`).
 
 The experiment is a training experiment (:data:`TRAINING_KIND`); MLflow 3.17's UI still opens every
 experiment on its GenAI pages unless the browser asked for model training, so the UI's address is
-:func:`experiment_url`, which asks for it.
+:func:`experiment_url` (and a run's, :func:`run_url`), which asks for it; MLflow's own run links are turned off
+(:data:`QUIET_URLS`).
 
 Runs are found again by their tags, so a resumed sweep continues its runs instead of
 creating new ones, and a trial's logger starts after the last step already in MLflow (the
@@ -83,7 +84,16 @@ def mlflow_name(key: str) -> str:
     return key.replace("@", "_at_")
 
 
+QUIET_URLS = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
+"""MLflow's switch for the "View run ... at" and "View experiment at" lines it prints when a run ends: their links
+open the GenAI pages in a browser that has not chosen "Model training". isosweep turns them off (unless the
+environment sets the switch) and prints :func:`run_url` instead."""
+
+
 def client(uri: str) -> MlflowClient:
+    """A client of the tracking server at ``uri``; from here on, in this process, MLflow prints no run links of its
+    own (:data:`QUIET_URLS`)."""
+    os.environ.setdefault(QUIET_URLS, "true")
     return MlflowClient(tracking_uri=uri)
 
 
@@ -107,6 +117,12 @@ def experiment_url(uri: str, mlflow_client) -> str:
     pages (traces) whatever its kind unless the browser chose "Model training" (its sidebar switch, kept per
     browser) or the address asks for it with ``workflowType=machine_learning``."""
     return f"{uri.rstrip('/')}/#/experiments/{experiment_id(mlflow_client)}/runs?workflowType=machine_learning"
+
+
+def run_url(uri: str, mlflow_client, run_id: str) -> str:
+    """A run's page in MLflow's UI, in its training view (as :func:`experiment_url`): what a sweep prints at its
+    end for its parent run, where the frontier plots are."""
+    return f"{uri.rstrip('/')}/#/experiments/{experiment_id(mlflow_client)}/runs/{run_id}?workflowType=machine_learning"
 
 
 def _find(mlflow_client, filter_string: str):
