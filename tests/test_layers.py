@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -176,4 +177,23 @@ def test_the_checks_catch_what_they_guard(tmp_path, monkeypatch):
     with pytest.raises(AssertionError, match="private names"):
         test_no_private_names_from_other_modules("isosweep.run.b")
     with pytest.raises(AssertionError, match="import cycle"):
+        test_no_import_cycles()
+
+
+@pytest.mark.parametrize("planted", ["from isosweep.trial.job import run_torch_trainer", "from . import job",
+                                     "from .job import run_torch_trainer"])
+def test_a_cycle_inside_one_package_through_a_lazy_import_is_caught(tmp_path, monkeypatch, planted):
+    """``trial.job`` imports ``trial.loopback`` inside a function; in a copy of the real package whose ``loopback``
+    imports ``job`` back (inside a function too, absolutely or relatively) the check names the cycle."""
+    copy = tmp_path / "isosweep"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setitem(globals(), "PACKAGE", copy)
+    monkeypatch.setitem(globals(), "MODULES", {module_name(p): p for p in sorted(copy.rglob("*.py"))})
+    lazy = {target for target, _, _, inside, _ in own_imports("isosweep.trial.job") if inside}
+    assert "isosweep.trial.loopback" in lazy  # what the planted import closes into a cycle
+    test_no_import_cycles()  # the copy as it is: no cycle
+    loopback = copy / "trial" / "loopback.py"
+    loopback.write_text(loopback.read_text() + f"\n\ndef planted():\n    {planted}  # reason: a planted cycle\n")
+    with pytest.raises(AssertionError, match="import cycle: isosweep.trial.job -> isosweep.trial.loopback -> "
+                                             "isosweep.trial.job$"):
         test_no_import_cycles()

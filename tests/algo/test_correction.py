@@ -1,4 +1,4 @@
-"""Tests for isosweep.correction: TIS/AIS weights, alpha, mismatch metrics.
+"""Tests for isosweep.algo.correction: TIS/AIS weights, alpha, mismatch metrics.
 
 Loop references over seeds and shapes, properties (alpha in [0, 1], alpha = 0 is plain GRPO
 bitwise, identical policies switch the correction off), exact hand cases; float32 and float64.
@@ -61,7 +61,7 @@ def pop_std(xs: list[float]) -> float:
 def loop_ais(
     b: dict[str, torch.Tensor], cap: float, delta: float, beta: float, gamma: float
 ) -> dict[str, float]:
-    """AIS alpha written out from its definition (isosweep.correction), one token at a time."""
+    """AIS alpha written out from its definition (isosweep.algo.correction), one token at a time."""
     cells = valid_tokens(b)
     if not cells:
         keys = ("alpha", "alpha_ess", "alpha_mis", "alpha_var", "ess", "delta_sigma")

@@ -1,4 +1,4 @@
-"""Tests for isosweep.estimators against brute-force enumeration of k-subsets."""
+"""Tests for isosweep.algo.estimators against brute-force enumeration of k-subsets."""
 
 from __future__ import annotations
 

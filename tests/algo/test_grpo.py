@@ -1,4 +1,4 @@
-"""Tests for isosweep.grpo: loop references, properties over seeds, exact hand cases.
+"""Tests for isosweep.algo.grpo: loop references, properties over seeds, exact hand cases.
 
 Every torch test runs in float32 and float64.
 """

@@ -325,6 +325,51 @@ def test_refit_every_k_fits_the_gp_only_every_k_observations_and_a_restore_decid
         searcher(refit_every=0)
 
 
+def test_a_failed_gp_fit_is_counted_logged_and_the_searcher_still_proposes(tmp_path, monkeypatch, caplog):
+    import isosweep.hpo.searcher as module
+
+    # A mock: BoTorch's own fit retries and rolls back, so real data rarely make it raise here.
+    calls = []
+
+    def broken(mll, **kwargs):
+        calls.append(1)
+        raise RuntimeError("Cholesky of a non-PSD matrix")
+
+    monkeypatch.setattr(module, "fit_gpytorch_mll", broken)
+    s = searcher()
+    with caplog.at_level("WARNING", logger=module.__name__):
+        run(s, 6)  # the 4-point design needs no model; the proposals at n = 4 and 5 fit one, and each fit fails
+        proposal = s.suggest("next")  # n = 6
+    assert s.fit_failures == 3
+    failures = [r for r in caplog.records if r.name == module.__name__]
+    assert len(failures) == 3 and all(r.levelname == "WARNING" for r in failures)
+    first, *later = (r.getMessage() for r in failures)
+    assert "GP fit on 4 observations failed (RuntimeError: Cholesky of a non-PSD matrix)" in first
+    assert "BoTorch's initial hyperparameters" in first and "failed fits so far: 1" in first
+    assert "GP fit on 6 observations failed" in later[-1] and "the previous model's hyperparameters" in later[-1]
+    assert "failed fits so far: 3" in later[-1]
+    assert set(proposal) == {"lr", "clip_high", "model", "budget"}
+    assert s.n_suggested == 7 and s.model() is not None  # past the design: the GP's acquisition chose it
+
+    path = tmp_path / "searcher.json"
+    s.save(str(path))
+    restored = searcher(seed=999)
+    restored.restore(str(path))
+    caplog.clear()
+    calls.clear()
+    with caplog.at_level("WARNING", logger=module.__name__):
+        restored.recommend()  # the same fit at n = 6 replayed after the restore: not a new failure
+    assert calls == [1] and restored.fit_failures == 3 and not caplog.records
+
+    # A state saved before failed fits were counted reads as none.
+    state = s.get_state()
+    del state["fit_failures"]
+    old = searcher()
+    old.fit_failures = 5
+    old.set_state(state)
+    assert old.fit_failures == 0
+
+
 # -- the proxy check and the proxy budget ----------------------------------------------------------
 
 

@@ -10,7 +10,6 @@ import pytest
 
 from isosweep.hpo.stopping import (
     DynamicsStopper,
-    first_stop,
     kl_growth,
     reward_drop,
     zero_reward,
@@ -111,7 +110,6 @@ def test_zero_reward_eps():
 def test_healthy_stream_never_stops():
     stopper = DynamicsStopper(tau1=0.5, k=3, tau2=0.5, grace=5 * STEP)
     s = healthy()
-    assert first_stop(s, stopper) is None
     assert not any(stopper("t", r) for r in s)
     assert stopper.reason("t") is None and not stopper.stop_all()
 
@@ -131,7 +129,6 @@ def test_stopper_records_rule_and_calls_hook(rule, s, index):
     assert reason.details["rollouts"] == (index + 1) * STEP
     assert rule in str(reason)
     assert calls == [("trial_a", reason)]  # once, even though later reports still answer True
-    assert first_stop(s, DynamicsStopper(tau1=0.5, k=3, tau2=0.5, grace=5 * STEP))[:2] == (index, rule)
 
 
 def test_stopper_keeps_trials_apart_and_rules_can_be_disabled():

@@ -1,4 +1,4 @@
-"""Tests for isosweep.fp8: a nearest-grid-point loop reference, error bounds, exact invariances.
+"""Tests for isosweep.rollout.fp8: a nearest-grid-point loop reference, error bounds, exact invariances.
 
 Every test runs in float32 and bfloat16 (the trainer's and the rollout engine's dtypes).
 """

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import abc
 import json
+import logging
 import math
 import os
 import warnings
@@ -62,6 +63,8 @@ from torch.quasirandom import SobolEngine
 from isosweep.hpo.space import Param, SearchSpace
 
 CostFn = Callable[[Mapping[str, Any], Mapping[str, Any]], float]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -444,8 +447,11 @@ class JFHPOSearcher(BaseSearcher):
       that is a grid anyway -- a tabular benchmark, whose off-grid proposals would be snapped to it.
     - ``refit_every=k``: fit the GP's hyperparameters when at least ``k`` observations have arrived since
       the last fit, and in between condition the last fitted hyperparameters on the new data (1, the
-      default: a fit for every new observation). The fit is most of a proposal's time once the
-      acquisition is cheap; one more point rarely moves the hyperparameters far.
+      default: a fit for every new observation). The posterior always conditions on every observation;
+      only the hyperparameters lag, by at most ``k - 1`` observations.
+    - ``fit_failures``: how many GP fits raised (a fit replayed on the same data after a restore is not
+      counted again). Each is logged as a warning on this module's logger; the searcher goes on with the
+      hyperparameters the fit started from (see :meth:`model`), so a failed fit never stops a proposal.
     - ``proxy_check=k`` (0: off; else at least 3): the proxies must earn their trust. Once the initial
       design has been suggested and two of its results are in, the GP (fitted on the proxies) ranks the hyperparameters by their predicted value at
       the target, and ``k`` of them spread over that ranking (the predicted best, the worst, and evenly
@@ -499,10 +505,15 @@ class JFHPOSearcher(BaseSearcher):
         self._hyper: dict[str, torch.Tensor] | None = None
         self._hyper_start: dict[str, torch.Tensor] | None = None
         self._hyper_n = -1
+        self.fit_failures = 0
 
     _STATE = (*BaseSearcher._STATE, "n_init", "_init_design", "cost_prior", "_hyper", "_hyper_start",
               "_hyper_n", "noise_floor", "_candidates", "refit_every", "_fit_n", "proxy_check", "proxy_rho",
-              "proxy_budget", "_trust", "_check", "proxy_verdict")
+              "proxy_budget", "_trust", "_check", "proxy_verdict", "fit_failures")
+
+    def set_state(self, state: dict) -> None:
+        # A state saved before failed fits were counted has no count: read it as 0.
+        super().set_state({"fit_failures": 0, **state})
 
     def _invalidate(self) -> None:
         self._model_cache = None
@@ -545,7 +556,10 @@ class JFHPOSearcher(BaseSearcher):
         """The multi-fidelity GP fitted to all observations (cached per observation count).
 
         Fitting is seeded from the searcher's seed and the number of observations, so the same
-        observations always give the same model, in this process or after a restore."""
+        observations always give the same model, in this process or after a restore. A fit that
+        raises leaves the GP at the hyperparameters it started from (the previous model's, else
+        BoTorch's initial values), conditioned on all the observations; it is logged and counted in
+        ``fit_failures``."""
 
         used = self._modelled()
         n = len(used)
@@ -579,8 +593,15 @@ class JFHPOSearcher(BaseSearcher):
                     warnings.simplefilter("ignore")
                     try:
                         fit_gpytorch_mll(mll, optimizer_kwargs={"options": {"maxiter": self.fit_maxiter}})
-                    except Exception:  # noqa: BLE001 - a GP at its prior/previous hyperparameters is still usable
-                        pass
+                    except Exception as err:  # noqa: BLE001 - a GP at its starting hyperparameters is still usable
+                        # The same n again replays the same seeded fit from the same start (a restore, a moved
+                        # live trial): that failure was counted and logged the first time.
+                        if self._hyper_n != n:
+                            self.fit_failures += 1
+                            kept = "the previous model's" if start is not None else "BoTorch's initial"
+                            log.warning("JF-HPO: the GP fit on %d observations failed (%s: %s); going on with %s "
+                                        "hyperparameters instead (failed fits so far: %d)", n, type(err).__name__,
+                                        err, kept, self.fit_failures)
                 self._fit_n = n
         gp.eval()
         self._hyper = {k: v.detach().clone() for k, v in gp.state_dict().items() if _is_hyperparameter(k)}

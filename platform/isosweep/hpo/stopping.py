@@ -3,7 +3,7 @@
 A bad GRPO configuration usually announces itself long before its final evaluation: the policy
 runs away from the reference (KL grows geometrically), the reward collapses after having been
 learned, or the reward never leaves zero (no group has a non-zero advantage, so there is no
-gradient at all). Stopping such trials early is where most of an HPO study's waste goes.
+gradient at all). Stopping such a trial early gives the rest of its budget to other trials.
 
 Each rule is a pure function of a metric stream, the list of reports of one trial so far (dicts
 with keys such as ``"train/kl"``, ``"train/reward"`` and ``"rollouts"``), and answers "does the
@@ -138,9 +138,6 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-RULES = ("kl_growth", "reward_drop", "zero_reward")
-
-
 class DynamicsStopper(Stopper):
     """A Ray Tune stopper applying the three dynamics rules to each trial's reports.
 
@@ -212,13 +209,3 @@ class DynamicsStopper(Stopper):
     @property
     def reasons(self) -> dict[str, StopReason]:
         return dict(self._reasons)
-
-
-def first_stop(stream: Stream, stopper: DynamicsStopper) -> tuple[int, str, dict[str, Any]] | None:
-    """Replay ``stream`` report by report through ``stopper``'s rules: ``(index, rule, details)`` of
-    the first report at which one fires, or ``None``. Handy for post-hoc analysis of finished runs."""
-    for i in range(len(stream)):
-        hit = stopper.check(stream[:i + 1])
-        if hit is not None:
-            return i, hit[0], hit[1]
-    return None
