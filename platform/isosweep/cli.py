@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from isosweep.models.sizes import FAMILY, LADDER, SIZES
+from isosweep.report.schema import SCHEMA_VERSION, upgrade_folder
 from isosweep.report.studies import write_report as write_study_report
 from isosweep.run.memory import memory_table
 from isosweep.run.plan import check_memory, plan, prompt_tokens, study_memory
@@ -99,6 +100,10 @@ def _validate_stats(args: argparse.Namespace) -> None:
 
 
 def _report(args: argparse.Namespace) -> None:
+    if args.upgrade:
+        changed = upgrade_folder(args.dashboards)
+        print(f"[report] {len(changed)} fits.json rewritten to schema_version {SCHEMA_VERSION}"
+              + "".join(f"\n  {path}" for path in changed))
     if args.refresh:
         from isosweep.run.grid import refresh_dashboards  # Ray, MLflow
 
@@ -227,7 +232,7 @@ def _hpo_table(args: argparse.Namespace) -> None:
     out = Path(args.out) if args.out else Path("dashboards") / load_table_spec(args.spec)[0].name
     table = build(args.spec, out, limit=args.limit)
     print((out / "signal.md").read_text())
-    print(f"[hpo-table] {len(table['cells'])} of {table['expected_cells']} curves; table.json and signal.md in {out}")
+    print(f"[hpo-table] {len(table.cells)} of {table.expected_cells} curves; table.json and signal.md in {out}")
 
 
 def _recommend(args: argparse.Namespace) -> None:
@@ -391,6 +396,9 @@ def build_parser() -> argparse.ArgumentParser:
     study_report.add_argument("--refresh", action="store_true",
                               help="first redo each study folder from MLflow, from the sweeps its fits.json names "
                               "(a finished sweep no folder holds: a new folder, the newest of its name)")
+    study_report.add_argument("--upgrade", action="store_true",
+                              help="first rewrite every fits.json under DASHBOARDS (at any depth) to the current "
+                                   "schema_version (an older one is converted; a second run changes nothing)")
     study_report.set_defaults(run=_report)
 
     trial = command("trial", "run (or resume) one GRPO trial", EVERYDAY,

@@ -5,12 +5,15 @@ from __future__ import annotations
 import csv
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from isosweep.report import frontier as F
-from isosweep.report.analysis import analyse, table_text, write_outputs
+from isosweep.report.analysis import analyse
+from isosweep.report.render import table_text, write_outputs
+from isosweep.report.schema import DecisionHoldout, read_analysis
 from isosweep.track.curves import Curve
 
 BUDGET = 100_000
@@ -46,10 +49,10 @@ def test_noise_free_sweep_recovers_the_true_frontier_and_n_star():
     result = analyse(curves, title="synthetic", study="isocompute", budget=BUDGET, primary="mean@4", points=8, bootstrap=0)
     rows = result.metrics["mean@4"].rows
     for row in rows:
-        assert row["config"] == true_best(row["C"]), row
-        assert row["value"] == pytest.approx(F.sigmoid(row["C"], **TRUE[row["config"]]), abs=2e-3)
-        assert row["n"] == int(row["config"].split("-")[0][1:]) and row["Bp"] == 16
-    ns = [row["n"] for row in rows]
+        assert row.config == true_best(row.C), row
+        assert row.value == pytest.approx(F.sigmoid(row.C, **TRUE[row.config]), abs=2e-3)
+        assert row.n == int(row.config.split("-")[0][1:]) and row.Bp == 16
+    ns = [row.n for row in rows]
     assert ns == sorted(ns) and ns[0] < ns[-1]  # n* grows with C here
     for key, fit in result.metrics["mean@4"].fits.items():
         assert fit.params["A"] == pytest.approx(TRUE[key]["A"], abs=0.01)
@@ -67,9 +70,9 @@ def test_noisy_sweep_puts_the_true_frontier_inside_the_bootstrap_band_at_the_bud
     # from the value, with n8 winning. Over seeds 0-59 the band held the truth in 49 (in 10 of the 11 misses
     # the band lay above it: the fit follows running-max records, which noise lifts), the value was over 0.04
     # away in 3 (up to 0.15) and n4 won at the budget in 3: the name's claim holds for these seeds only.
-    assert last["low"] <= last["high"]
-    assert abs(last["value"] - truth) < 0.04
-    assert last["config"] in ("n8-Bp16", "n16-Bp16")  # the low-plateau config never wins at C_max
+    assert last.low <= last.high
+    assert abs(last.value - truth) < 0.04
+    assert last.config in ("n8-Bp16", "n16-Bp16")  # the low-plateau config never wins at C_max
 
 
 def test_seeds_of_one_config_are_pooled_into_one_fit():
@@ -78,8 +81,8 @@ def test_seeds_of_one_config_are_pooled_into_one_fit():
     result = analyse(curves, title="seeds", study="isocompute", budget=BUDGET, primary="mean@4", bootstrap=0)
     assert set(result.configs) == {"n8-Bp16", "n4-Bp16"}
     records = result.metrics["mean@4"].records["n8-Bp16"][0]
-    single = len(F.record_points(curves[0].compute, curves[0].values["mean@4"])[0])
-    assert len(records) > single  # both seeds' records are in the fit
+    single = int(np.sum(curves[0].compute > 0))  # one seed's running best at each of its evaluations
+    assert len(records) == 2 * single  # both seeds' points are in the fit
 
 
 def test_a_config_without_enough_records_is_reported_not_fitted():
@@ -89,8 +92,8 @@ def test_a_config_without_enough_records_is_reported_not_fitted():
     result = analyse([flat, good], title="flat", study="isocompute", budget=BUDGET, primary="mean@4", bootstrap=0)
     m = result.metrics["mean@4"]
     assert "n4-Bp16" in m.unfitted and "rose above the base model fewer than twice" in m.unfitted["n4-Bp16"]
-    assert {row["config"] for row in m.rows} == {"n8-Bp16"}
-    assert "n4-Bp16      no fit" in table_text(result)
+    assert {row.config for row in m.rows} == {"n8-Bp16"}
+    assert "n4-Bp16      no fit" in table_text(result.saved())
 
 
 def test_no_fit_at_all_still_gives_a_table_of_observed_bests():
@@ -99,16 +102,16 @@ def test_no_fit_at_all_still_gives_a_table_of_observed_bests():
     result = analyse([flat], title="flat", study="isocompute", budget=BUDGET, primary="mean@4", bootstrap=0)
     m = result.metrics["mean@4"]
     assert not m.fits and math.isnan(m.saturation)
-    assert all(row["config"] is None and row["observed_value"] == 0.5 for row in m.rows)
-    assert "no config could be fitted" in table_text(result)
+    assert all(row.config is None and row.observed_value == 0.5 for row in m.rows)
+    assert "no config could be fitted" in table_text(result.saved())
 
 
 def test_observed_best_is_the_running_max_over_configs():
     curves = [curve(key, 0.01, i) for i, key in enumerate(TRUE)]
     result = analyse(curves, title="obs", study="isocompute", budget=BUDGET, primary="mean@4", bootstrap=0)
     for row in result.metrics["mean@4"].rows:
-        expected = max(c.values["mean@4"][c.compute <= row["C"]].max() for c in curves)
-        assert row["observed_value"] == pytest.approx(expected)
+        expected = max(c.values["mean@4"][c.compute <= row.C].max() for c in curves)
+        assert row.observed_value == pytest.approx(expected)
 
 
 def test_outputs_are_written_and_consistent(tmp_path):
@@ -122,7 +125,7 @@ def test_outputs_are_written_and_consistent(tmp_path):
     rows = list(csv.DictReader(open(tmp_path / "frontier.csv")))
     assert {r["metric"] for r in rows} == {"mean@4", "best@4", "worst@4"} and len(rows) == 15
     primary = [r for r in rows if r["metric"] == "mean@4"]
-    assert [r["config"] for r in primary] == [r["config"] for r in result.metrics["mean@4"].rows]
+    assert [r["config"] for r in primary] == [r.config for r in result.metrics["mean@4"].rows]
     fits = json.loads((tmp_path / "fits.json").read_text())
     assert set(fits["metrics"]["mean@4"]["fits"]) == set(TRUE)
     assert fits["metrics"]["mean@4"]["fits"]["n8-Bp16"]["params"]["A"] == pytest.approx(
@@ -134,9 +137,12 @@ def test_outputs_are_written_and_consistent(tmp_path):
 def test_saturation_is_none_while_n_star_still_changes_and_a_compute_once_it_stops():
     curves = [curve(key, 0.0, 0) for key in TRUE]
     result = analyse(curves, title="sat", study="isocompute", budget=BUDGET, primary="mean@4", bootstrap=0)
-    grid = np.geomspace(result.metrics["mean@4"].rows[0]["C"], BUDGET, 64)
+    grid = np.geomspace(result.metrics["mean@4"].rows[0].C, BUDGET, 64)
     truth = [int(true_best(c).split("-")[0][1:]) for c in grid]
-    expected = F.saturation_point(grid, truth)
+    # the true saturation point: the first C from which the true n* stays put to the end (None: it changes at the
+    # last grid point, still moving where the grid ends)
+    changes = [i for i in range(1, len(truth)) if truth[i] != truth[i - 1]]
+    expected = None if changes and changes[-1] == len(grid) - 1 else float(grid[changes[-1] if changes else 0])
     saturation = result.metrics["mean@4"].saturation
     assert (saturation is None) == (expected is None)
     if expected is not None:
@@ -149,14 +155,14 @@ def test_gains_are_best_observed_minus_the_base_value():
     curves = [curve(key, 0.0, 0) for key in TRUE]
     result = analyse(curves, title="gains", study="isocompute", budget=BUDGET, primary="mean@4", bootstrap=0)
     g = gains(result)
-    assert g["mean@4"]["base"] == pytest.approx(0.50)
-    assert g["mean@4"]["best"] == pytest.approx(max(c.values["mean@4"].max() for c in curves))
-    assert g["worst@4"]["gain"] == pytest.approx(g["mean@4"]["gain"])  # shifted copies here
-    assert "gain over the base model" in table_text(result)
+    assert g["mean@4"].base == pytest.approx(0.50)
+    assert g["mean@4"].best == pytest.approx(max(c.values["mean@4"].max() for c in curves))
+    assert g["worst@4"].gain == pytest.approx(g["mean@4"].gain)  # shifted copies here
+    assert "gain over the base model" in table_text(result.saved())
 
 
 def test_fixed_batch_rows_use_fits_and_fall_back_to_observed_values():
-    from isosweep.report.analysis import fixed_batch_rows
+    from isosweep.report.render import fixed_batch_rows
 
     flat = curve("n4-Bp16", 0.0, 0)
     flat.values = {name: np.full(len(COMPUTE), 0.5) for name in flat.values}
@@ -183,13 +189,13 @@ def test_eval_noise_is_the_sampling_se_of_each_evaluation_from_its_counts():
     counted.counts, counted.samples = np.array([t.sum(axis=1) for t in tables], dtype=float), 16
     noise = eval_noise([counted, curve("n4-Bp16", 0.0, 0)])  # a trial without counts adds nothing
     per_eval = [summarize(t, 4)["sampling_se_mean@4"] for t in tables]
-    assert (noise["problems"], noise["samples"]) == (40, 16) and noise["sampling_se_mean"]["evaluations"] == len(tables)
-    assert noise["sampling_se_mean"]["median"] == pytest.approx(float(np.median(per_eval)))
-    assert noise["sampling_se_mean"]["max"] == pytest.approx(max(per_eval))
-    assert eval_noise([curve("n4-Bp16", 0.0, 0)]) == {}
+    assert (noise.problems, noise.samples) == (40, 16) and noise.evaluations == len(tables)
+    assert noise.se_median == pytest.approx(float(np.median(per_eval)))
+    assert noise.se_max == pytest.approx(max(per_eval))
+    assert eval_noise([curve("n4-Bp16", 0.0, 0)]) is None
     result = analyse([counted], title="noise", study="isocompute", budget=BUDGET, primary="mean@4", bootstrap=0)
-    assert "eval: 40 fixed problems x 16 samples" in table_text(result)
-    assert result.to_json()["eval"] == noise
+    assert "eval: 40 fixed problems x 16 samples" in table_text(result.saved())
+    assert result.to_json()["eval"] == noise.to_json()
 
 
 def test_each_configs_holdout_is_the_frontiers_own_fit_on_the_first_quarter_and_agrees_with_the_decision_line():
@@ -209,14 +215,14 @@ def test_each_configs_holdout_is_the_frontiers_own_fit_on_the_first_quarter_and_
         window = (COMPUTE > 0) & (COMPUTE <= BUDGET / 4)
         c = np.concatenate([COMPUTE[window]] * len(mine))
         v = np.concatenate([b[window] for b in best])
-        reference = F.fit_sigmoid(c, v, bootstrap=0, R0=base).predict(BUDGET)
+        reference = F.fit_sigmoid(c, v, R0=base).predict(BUDGET)
         h = m.holdout[key]
-        assert h["predicted"] == pytest.approx(reference, abs=1e-6)
-        assert h["observed"] == pytest.approx(np.mean([b[-1] for b in best]))
-        assert h["abs_error"] == pytest.approx(abs(h["predicted"] - h["observed"]))
+        assert h.predicted == pytest.approx(reference, abs=1e-6)
+        assert h.observed == pytest.approx(np.mean([b[-1] for b in best]))
+        assert h.abs_error == pytest.approx(abs(h.predicted - h.observed))
     d = m.decision
-    assert d["predicted_value"] == m.holdout[d["predicted_config"]]["predicted"]
-    assert d["predicted_config"] == max(m.holdout, key=lambda k: m.holdout[k]["predicted"])
+    assert d.predicted_value == m.holdout[d.predicted_config].predicted
+    assert d.predicted_config == max(m.holdout, key=lambda k: m.holdout[k].predicted)
 
 
 def test_the_frontier_text_reads_a_decision_holdout_as_the_study_report_does(tmp_path):
@@ -230,20 +236,19 @@ def test_the_frontier_text_reads_a_decision_holdout_as_the_study_report_does(tmp
                      primary="mean@4", bootstrap=0)
     m = result.metrics["mean@4"]
     last = m.rows[-1]
-    other = next(key for key in TRUE if key != last["config"])
+    other = next(key for key in TRUE if key != last.config)
     cases = [(other, False, None, "-> miss, value error"),
              (other, True, other, "-> a miss against a tie: the predicted config is within noise"),
-             (last["config"], True, other, "-> a hit against a tie: the observed best at C_max is within noise"),
-             (last["config"], False, other, "-> hit, value error")]
+             (last.config, True, other, "-> a hit against a tie: the observed best at C_max is within noise"),
+             (last.config, False, other, "-> hit, value error")]
     for i, (predicted, tie, runner_up, words) in enumerate(cases):
-        last.update(tie=tie, runner_up=runner_up)
-        m.decision = {"C_max": float(BUDGET), "fit_window": BUDGET / 4, "predicted_config": predicted,
-                      "observed_config": last["config"], "hit": predicted == last["config"], "predicted_value": 0.7,
-                      "observed_value": 0.69, "abs_error": 0.01, "reason": None}
-        line = next(x for x in table_text(result, "mean@4").splitlines() if x.startswith("decision hold-out"))
+        m.rows[-1] = replace(last, tie=tie, runner_up=runner_up)
+        result.metrics["mean@4"] = m = replace(m, decision=DecisionHoldout(
+            float(BUDGET), BUDGET / 4, predicted, last.config, predicted == last.config, 0.7, 0.69, 0.01))
+        line = next(x for x in table_text(result.saved(), "mean@4").splitlines() if x.startswith("decision hold-out"))
         assert words in line, line
         write_outputs(result, tmp_path / str(i))
-        study = S.Study(str(i), json.loads((tmp_path / str(i) / "fits.json").read_text()))
-        outcome = S.holdout_outcome(study, "mean@4", study.data["metrics"]["mean@4"]["decision_holdout"])
+        study = S.Study(str(i), read_analysis(tmp_path / str(i) / "fits.json"))
+        outcome = S.holdout_outcome(study, "mean@4", study.primary.decision_holdout)
         assert outcome == A.holdout_outcome(m.rows, result.configs, m.decision)
-        assert A.holdout_words(outcome, m.decision["hit"]) in line
+        assert A.holdout_words(outcome, m.decision.hit) in line

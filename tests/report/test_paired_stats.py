@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from isosweep.experiments.stats_validation import BUDGET, COMPUTE, TRUTH, one_repeat, synthetic_sweep, true_value
-from isosweep.report.analysis import Resampler, analyse, table_text
+from isosweep.report.analysis import analyse
+from isosweep.report.fitting import Resampler
+from isosweep.report.render import table_text
 
 
 def run(curves, bootstrap=40, seed=0):
@@ -35,15 +37,15 @@ def test_the_true_best_wins_or_is_called_a_tie_and_fits_recover_the_truth():
     rng = np.random.default_rng(2)
     for _ in range(4):
         r = one_repeat(rng, 40)
-        assert r["correct"] or r["tie"], r
-        for fit in r["recovery"]:  # seed 2: |A error| <= 0.007, C_mid 0.88-1.24x
-            assert abs(fit["A_error"]) < 0.04 and 0.5 < fit["C_mid_ratio"] < 2.0, fit
+        assert r.correct or r.tie, r
+        for fit in r.recovery:  # seed 2: |A error| <= 0.007, C_mid 0.88-1.24x
+            assert abs(fit.A_error) < 0.04 and 0.5 < fit.C_mid_ratio < 2.0, fit
 
 
 def test_truly_equal_configs_are_a_tie_not_a_winner():
     same = {"n4-Bp16": TRUTH["n8-Bp16"], "n8-Bp16": TRUTH["n8-Bp16"]}
     rng = np.random.default_rng(3)
-    ties = [one_repeat(rng, 40, same)["tie"] for _ in range(6)]
+    ties = [one_repeat(rng, 40, same).tie for _ in range(6)]
     assert sum(ties) >= 4, ties  # 90% intervals: about 1 in 10 leads excludes 0 by chance
 
 
@@ -51,14 +53,14 @@ def test_a_clear_winner_has_p_best_near_one_and_a_lead_above_zero():
     apart = {"n4-Bp16": dict(TRUTH["n8-Bp16"], A=0.62), "n8-Bp16": TRUTH["n8-Bp16"]}
     result = run(synthetic_sweep(apart, np.random.default_rng(4))[0])
     last = result.metrics["mean@4"].rows[-1]
-    assert last["config"] == "n8-Bp16" and not last["tie"] and last["p_best"] >= 0.95 and last["lead_low"] > 0
+    assert last.config == "n8-Bp16" and not last.tie and last.p_best >= 0.95 and last.lead_low > 0
 
 
 def test_n_star_at_the_grid_edge_is_reported_as_such_never_as_saturation():
     edge = {"n4-Bp16": dict(TRUTH["n8-Bp16"], A=0.80, C_mid=8_000.0), "n8-Bp16": TRUTH["n8-Bp16"],
             "n16-Bp16": TRUTH["n16-Bp16"]}
     m = run(synthetic_sweep(edge, np.random.default_rng(5))[0]).metrics["mean@4"]
-    assert m.rows[-1]["n"] == 4 and m.saturation is None
+    assert m.rows[-1].n == 4 and m.saturation is None
     assert "grid edge (n = 4, the smallest n of the grid)" in m.verdict and "smaller n" in m.verdict
 
 
@@ -66,14 +68,14 @@ def test_a_sweep_of_one_config_claims_no_saturation_and_no_decision():
     one = {"n8-Bp16": TRUTH["n8-Bp16"]}
     m = run(synthetic_sweep(one, np.random.default_rng(5))[0]).metrics["mean@4"]
     assert m.saturation is None and m.verdict.startswith("one n studied (n = 8)")
-    assert m.decision["predicted_config"] is None and m.decision["reason"].startswith("one config, no decision")
+    assert m.decision.predicted_config is None and m.decision.reason.startswith("one config, no decision")
 
 
 def test_n_star_at_grpos_floor_is_said_to_be_the_floor_not_an_edge_to_extend():
     floor = {"n2-Bp16": dict(TRUTH["n8-Bp16"], A=0.80, C_mid=8_000.0), "n4-Bp16": TRUTH["n4-Bp16"],
              "n8-Bp16": TRUTH["n8-Bp16"]}
     m = run(synthetic_sweep(floor, np.random.default_rng(5))[0]).metrics["mean@4"]
-    assert m.rows[-1]["n"] == 2 and m.saturation is None
+    assert m.rows[-1].n == 2 and m.saturation is None
     assert "n* at n = 2, the smallest group GRPO can use" in m.verdict and "smaller n" not in m.verdict
 
 
@@ -92,7 +94,7 @@ def test_a_curve_still_rising_at_the_budget_is_flagged_not_identified():
     m = result.metrics["mean@4"]
     assert m.identified["n8-Bp16"] and not m.identified["n4-Bp16"]
     assert any("of its fitted gain reached" in issue or "on its bound" in issue for issue in m.identified["n8-Bp16"])
-    assert "no: " in table_text(result)
+    assert "no: " in table_text(result.saved())
 
 
 def test_a_fit_never_decides_the_frontier_beyond_its_own_data():
@@ -103,7 +105,7 @@ def test_a_fit_never_decides_the_frontier_beyond_its_own_data():
             curve.compute, curve.counts = curve.compute[cut], curve.counts[cut]
             curve.values = {k: v[cut] for k, v in curve.values.items()}
     rows = run(curves, bootstrap=0).metrics["mean@4"].rows
-    assert all(row["config"] != "n16-Bp16" for row in rows if row["C"] > BUDGET / 4 * 1.001)
+    assert all(row.config != "n16-Bp16" for row in rows if row.C > BUDGET / 4 * 1.001)
 
 
 def test_two_configs_of_one_n_tied_still_name_n_star_and_a_tie_across_n_does_not():
@@ -114,11 +116,11 @@ def test_two_configs_of_one_n_tied_still_name_n_star_and_a_tie_across_n_does_not
     same_n = {"n2-Bp16": low, "n4-Bp16": top, "n4-Bp32": top, "n8-Bp16": low, "n16-Bp16": low}
     m = run(synthetic_sweep(same_n, np.random.default_rng(6))[0], bootstrap=60).metrics["mean@4"]
     last = m.rows[-1]
-    assert last["n"] == 4 and last["n_range"] == [4] and not last["n_tie"]
-    assert any(r["tie"] and not r["n_tie"] for r in m.rows), m.rows  # configs tied, n* not
+    assert last.n == 4 and last.n_range == (4,) and not last.n_tie
+    assert any(r.tie and not r.n_tie for r in m.rows), m.rows  # configs tied, n* not
     assert m.saturation is not None and m.verdict.startswith("n*(C) saturates: n* = 4"), m.verdict
     across = dict(same_n, **{"n8-Bp16": top})
     m = run(synthetic_sweep(across, np.random.default_rng(6))[0], bootstrap=60).metrics["mean@4"]
     last = m.rows[-1]
-    assert last["n_tie"] and last["n_range"] == [4, 8] and m.saturation is None
+    assert last.n_tie and last.n_range == (4, 8) and m.saturation is None
     assert "n* is within noise of several n: n in {4, 8}" in m.verdict, m.verdict

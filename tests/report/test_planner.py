@@ -50,10 +50,10 @@ def test_within_the_data_the_planner_is_the_frontier_analysis():
     rec = P.Planner([data], bootstrap=20).at(BUDGET)
     row = analyse(data.curves, title="t", study="isocompute", budget=BUDGET, primary="mean@4",
                   bootstrap=0).metrics["mean@4"].rows[-1]
-    assert rec.config == row["config"] and rec.value == pytest.approx(row["value"], abs=1e-9)
+    assert rec.config == row.config and rec.value == pytest.approx(row.value, abs=1e-9)
     assert rec.M == BUDGET // (rec.n * rec.Bp) and not rec.extrapolated
     assert rec.low <= rec.value <= rec.high and 0 < rec.p_best <= 1
-    assert sum(c["p_best"] for c in rec.contenders) == pytest.approx(1.0)
+    assert sum(c.p_best for c in rec.contenders) == pytest.approx(1.0)
 
 
 def test_sweeps_at_two_budgets_are_pooled_by_allocation():
@@ -64,7 +64,7 @@ def test_sweeps_at_two_budgets_are_pooled_by_allocation():
     assert planner.data_C == BUDGET and set(planner.reach.values()) == {BUDGET}
     between = planner.at(BUDGET / 2)
     assert not between.extrapolated and not {"beyond the data"} & set(between.flags)
-    assert [s["budget"] for s in between.sources] == [BUDGET // 4, BUDGET] and all(s["trials"] == 3
+    assert [s.budget for s in between.sources] == [BUDGET // 4, BUDGET] and all(s.trials == 3
                                                                                    for s in between.sources)
     past = planner.at(2 * BUDGET)
     assert past.extrapolated and "beyond the data" in past.flags and not any("past the data" in f for f in past.flags)
@@ -106,7 +106,7 @@ def test_beyond_the_data_the_suggestion_is_the_next_budget_for_the_contenders():
     assert rec.extrapolated and "n* at grid edge" not in rec.flags
     spec, why = P.suggestion(planner, rec)
     assert spec["budget"] == P.nice(4 * planner.data_C) and spec["seeds"] == [0, 1] and "next step toward C" in why
-    assert set(spec["grid"]["n"]) == {c["n"] for c in rec.contenders if c["within_noise"]}
+    assert set(spec["grid"]["n"]) == {c.n for c in rec.contenders if c.within_noise}
 
 
 def test_a_settled_call_within_the_data_asks_for_more_seeds():
@@ -115,7 +115,7 @@ def test_a_settled_call_within_the_data_asks_for_more_seeds():
     assert rec.flags == [] and rec.config == "n8-Bp16"
     spec, why = P.suggestion(planner, rec)
     assert spec["seeds"] == [2, 3] and spec["budget"] == BUDGET // 2 and "seeds [2, 3]" in why
-    assert spec["grid"]["n"] == sorted({c["n"] for c in rec.contenders[:2]})
+    assert spec["grid"]["n"] == sorted({c.n for c in rec.contenders[:2]})
 
 
 def test_sweeps_that_disagree_beyond_their_noise_are_flagged_and_agreeing_ones_are_not():
@@ -205,16 +205,16 @@ def test_the_planner_is_right_or_within_its_interval_on_held_out_budgets():
     is the true best or the true best lies within its interval in at least 9 of 10 (seed 1 gives 10/10)."""
     result = validate_planner(repeats=10, bootstrap=30, seed=1, log=lambda line: None)
     for scenario in ("between", "beyond"):
-        assert result[scenario]["good"] >= 0.9, result
-        assert result[scenario]["coverage_90"] >= 0.7, result
+        assert getattr(result, scenario).good >= 0.9, result
+        assert getattr(result, scenario).coverage_90 >= 0.7, result
 
 
 def test_leave_one_budget_out_and_the_report_table(tmp_path):
     data = sweep(seed=11)
     check = P.leave_one_budget_out([data], bootstrap=10)
-    assert check["C_max"] == BUDGET and check["from_C"] == BUDGET / 4
-    assert check["recommended"] in TRUTH
-    assert check["observed_best"] in TRUTH and check["covered"] in (True, False)
+    assert check.C_max == BUDGET and check.from_C == BUDGET / 4
+    assert check.recommended in TRUTH
+    assert check.observed_best in TRUTH and check.covered in (True, False)
     assert "nothing to plan from yet" in "\n".join(planning_section(tmp_path))
     P.write_sweep_data(data, tmp_path / "synthetic")
     text = "\n".join(planning_section(tmp_path, bootstrap=10))
@@ -227,29 +227,29 @@ def test_allocations_that_do_not_reach_c_are_named_not_silently_dropped():
     short = sweep({"n4-Bp16": TRUTH["n4-Bp16"]}, seed=12, budget=BUDGET // 4, name="short")
     long = sweep({"n8-Bp16": TRUTH["n8-Bp16"], "n16-Bp16": TRUTH["n16-Bp16"]}, seed=13, name="long")
     rec = P.Planner([short, long], bootstrap=5).at(BUDGET / 2)
-    assert {c["config"] for c in rec.contenders} == {"n8-Bp16", "n16-Bp16"}
+    assert {c.config for c in rec.contenders} == {"n8-Bp16", "n16-Bp16"}
     assert "not every allocation reaches C" in rec.flags and "n4-Bp16 (to 2" in " ".join(rec.warnings)
     assert math.isnan(P.Planner([long], bootstrap=0).at(BUDGET).p_best)
     # one allocation run further than the rest is no race of one: every fitted allocation competes on its fit
     lone = sweep({"n8-Bp16": TRUTH["n8-Bp16"]}, seed=14, name="lone")
     grid = sweep({"n4-Bp16": TRUTH["n4-Bp16"], "n16-Bp16": TRUTH["n16-Bp16"]}, seed=15, budget=BUDGET // 4, name="grid")
     rec = P.Planner([grid, lone], bootstrap=5).at(BUDGET / 2)
-    assert {c["config"] for c in rec.contenders} == {"n4-Bp16", "n8-Bp16", "n16-Bp16"} and rec.extrapolated
+    assert {c.config for c in rec.contenders} == {"n4-Bp16", "n8-Bp16", "n16-Bp16"} and rec.extrapolated
     assert "only n8-Bp16 has data at C = 50,000" in " ".join(rec.warnings)
     # and the leave-one-budget-out check holds out the largest budget where two allocations were observed
     shorter = int(COMPUTE[-2])  # an evaluation point, so the grid's trials reach their budget
     grid = sweep({"n4-Bp16": TRUTH["n4-Bp16"], "n16-Bp16": TRUTH["n16-Bp16"]}, seed=15, budget=shorter, name="grid")
     check = P.leave_one_budget_out([grid, lone], bootstrap=5)
-    assert check["C_max"] == shorter and set(check["observed"]) == {"n4-Bp16", "n8-Bp16", "n16-Bp16"}
+    assert check.C_max == shorter and set(check.observed) == {"n4-Bp16", "n8-Bp16", "n16-Bp16"}
     # the check scores its pick against what was run at C_max: an allocation that stops short of C_max (here one
     # better than the others at every C, whose fit from a quarter of the data would win) is no candidate there
     best = dict(TRUTH["n4-Bp16"], A=0.8)
     short = sweep({"n4-Bp16": best}, seed=16, budget=BUDGET // 2, name="short")
     long = sweep({"n8-Bp16": TRUTH["n8-Bp16"], "n16-Bp16": TRUTH["n16-Bp16"]}, seed=17, name="long")
     check = P.leave_one_budget_out([short, long], bootstrap=5)
-    assert check["C_max"] == BUDGET and check["candidates"] == ["n16-Bp16", "n8-Bp16"]
-    assert check["recommended"] in check["candidates"] and check["covered"] is not None
-    assert not math.isnan(check["observed_recommended"])
+    assert check.C_max == BUDGET and check.candidates == ("n16-Bp16", "n8-Bp16")
+    assert check.recommended in check.candidates and check.covered is not None
+    assert not math.isnan(check.observed_recommended)
 
 
 def test_an_allocation_without_a_fit_is_named():
@@ -259,7 +259,7 @@ def test_an_allocation_without_a_fit_is_named():
         if c.config == "n4-Bp16":
             c.values["mean@4"][1:] = c.values["mean@4"][0] - 0.01  # never above the base: no curve to fit
     rec = P.Planner([data], bootstrap=0).at(BUDGET)
-    assert "n4-Bp16" not in {c["config"] for c in rec.contenders}
+    assert "n4-Bp16" not in {c.config for c in rec.contenders}
     assert "allocations without a fit" in rec.flags and "n4-Bp16 (its running best rose" in " ".join(rec.warnings)
 
 
@@ -267,7 +267,7 @@ def test_a_recommendation_that_wins_fewer_replicates_than_another_is_called_a_ti
     same = {"n4-Bp16": TRUTH["n8-Bp16"], "n8-Bp16": TRUTH["n8-Bp16"]}  # truly equal
     rec = P.Planner([sweep(same, seed=22)], bootstrap=20).at(BUDGET)  # seed 22: the fit's winner wins 45%
     assert "a tie: another wins more replicates" in rec.flags
-    assert any(c["within_noise"] for c in rec.within_noise())
+    assert any(c.within_noise for c in rec.within_noise())
     clear = P.Planner([sweep(seed=5)], bootstrap=20).at(BUDGET / 2)
     assert "a tie: another wins more replicates" not in clear.flags
 
@@ -282,7 +282,7 @@ def test_the_same_trial_in_two_sweeps_is_one_run_not_two_seeds():
     assert {c.key.split("/")[0] for c in twice.curves} == {"one"}
     a, b = twice.at(BUDGET), alone.at(BUDGET)
     assert (a.config, a.value, a.low, a.high) == (b.config, b.value, b.low, b.high)
-    assert [s["repeats_left_out"] for s in a.sources] == [len(one.curves), 0]
+    assert [s.repeats_left_out for s in a.sources] == [len(one.curves), 0]
 
 
 def test_the_report_names_studies_that_ran_the_same_trials(tmp_path):

@@ -13,7 +13,19 @@ import pytest
 from isosweep.experiments.stats_validation import BUDGET, TRUTH, synthetic_sweep, true_value
 from isosweep.report import planner as P
 from isosweep.report import studies as S
-from isosweep.report.analysis import analyse, n_slope, write_outputs
+from isosweep.report.analysis import analyse, n_slope
+from isosweep.report.render import write_outputs
+from isosweep.report.schema import (
+    DecisionHoldout,
+    EvalNoise,
+    FrontierRow,
+    NTrend,
+    Points,
+    SavedAnalysis,
+    SavedFit,
+    SavedMetric,
+    SchemaError,
+)
 from isosweep.track.curves import Curve, SweepData
 
 
@@ -38,36 +50,64 @@ def test_the_n_trend_interval_holds_the_true_slope_of_a_synthetic_sweep():
     curves, offsets = synthetic_sweep(TRUTH, np.random.default_rng(3))
     analysis = analyse(curves, title="t", study="isocompute", budget=BUDGET, primary="mean@4", bootstrap=60)
     trend = analysis.metrics["mean@4"].trend
-    assert trend["C"] == pytest.approx(BUDGET)
+    assert trend.C == pytest.approx(BUDGET)
     truth = np.array([true_value(TRUTH[key], BUDGET, offsets)[0] for key in analysis.configs])
     true_slope = n_slope(truth, list(analysis.configs.values()))
     assert true_slope > 0.015  # the truth grows with n at C_max: n4 0.62, n8 0.69, n16 0.66
-    assert trend["low"] <= true_slope <= trend["high"]
-    assert trend["direction"] == "grows"
+    assert trend.low <= true_slope <= trend.high
+    assert trend.direction == "grows"
 
 
 def test_equal_configs_give_no_trend():
     same = dict(R0=0.45, A=0.70, C_mid=15_000.0, B=2.0)
     curves, _ = synthetic_sweep({"n4-Bp16": same, "n8-Bp16": same, "n16-Bp16": same}, np.random.default_rng(1))
     analysis = analyse(curves, title="t", study="isocompute", budget=BUDGET, primary="mean@4", bootstrap=60)
-    assert analysis.metrics["mean@4"].trend["direction"] == "tie"
+    assert analysis.metrics["mean@4"].trend.direction == "tie"
 
 
 # --------------------------------------------------------------------------------- verdicts
 
 
-def _row(C, n, tie=False, p_best=0.9):
-    return {"C": C, "config": f"n{n}-Bp16", "n": n, "Bp": 16, "tie": tie, "runner_up": "n2-Bp16", "p_best": p_best,
-            "n_range": [n]}
+def _row(C, n, tie=False, p_best=0.9, n_range=None):
+    return {"C": C, "config": f"n{n}-Bp16", "n": n, "Bp": 16, "tie": tie, "n_tie": tie, "runner_up": "n2-Bp16",
+            "p_best": p_best, "n_range": n_range or [n]}
 
 
-def _study(folder, rows, *, study="isocompute", difficulty="easy", saturation=None, trend=None, ns=(2, 4, 8, 16, 32)):
+def saved(data: dict) -> SavedAnalysis:
+    """The typed analysis of a test's partial ``fits.json`` (each part it leaves out: empty)."""
+    def metric(m: dict) -> SavedMetric:
+        decision = {"C_max": 0.0, "fit_window": 0.0, **m.get("decision_holdout", {})}
+        return SavedMetric(
+            {k: SavedFit(f["params"], {}, 0, True, 0, tuple(f.get("not_identified", []))) for k, f in
+             m.get("fits", {}).items()}, {}, None,
+            {k: Points(tuple(r["compute"]), tuple(r["value"])) for k, r in m.get("records", {}).items()},
+            tuple(FrontierRow(**{**r, "n_range": tuple(r.get("n_range", ()))}) for r in m.get("frontier", [])),
+            m.get("saturation_C"), m.get("verdict", ""), {}, DecisionHoldout(**decision), 0,
+            NTrend(**{**m["n_trend"], "n": tuple(m["n_trend"]["n"])}) if m.get("n_trend") else None)
+
+    return SavedAnalysis(data.get("title", "t"), data.get("study", "isocompute"), data.get("budget", 100_000),
+                         data.get("primary", "mean@4"), data.get("difficulty", "easy"), tuple(data.get("seeds", [0, 1])),
+                         data.get("trials", 10), data.get("configs", {}), {}, data.get("noise", ""),
+                         EvalNoise.from_json(data.get("eval", {})),
+                         {name: metric(m) for name, m in data.get("metrics", {}).items()})
+
+
+def _data(folder, rows, *, study="isocompute", difficulty="easy", saturation=None, trend=None, ns=(2, 4, 8, 16, 32)):
     metric = {"frontier": rows, "verdict": "(the analysis's verdict)", "saturation_C": saturation,
-              "n_trend": trend or {}, "decision_holdout": {}}
-    return S.Study(folder, {"title": folder, "study": study, "difficulty": difficulty, "budget": 100_000,
-                            "seeds": [0, 1], "trials": 10, "noise": "seeds and paired problems", "primary": "mean@4",
-                            "configs": {f"n{n}-Bp16": {"n": n, "Bp": 16} for n in ns},
-                            "metrics": {"mean@4": metric, "worst@4": dict(metric), "best@4": dict(metric)}})
+              "n_trend": trend or {}}
+    return {"title": folder, "study": study, "difficulty": difficulty, "budget": 100_000, "seeds": [0, 1],
+            "trials": 10, "noise": "seeds and paired problems", "primary": "mean@4",
+            "configs": {f"n{n}-Bp16": {"n": n, "Bp": 16} for n in ns},
+            "metrics": {"mean@4": metric, "worst@4": dict(metric), "best@4": dict(metric)}}
+
+
+def _study(folder, rows, **kw) -> S.Study:
+    return S.Study(folder, saved(_data(folder, rows, **kw)))
+
+
+def _with_fits(folder: str, data: dict, fits: dict) -> S.Study:
+    data["metrics"]["mean@4"]["fits"] = fits
+    return S.Study(folder, saved(data))
 
 
 def test_n_star_growing_between_interior_untied_winners_and_saturating_is_supported():
@@ -103,61 +143,62 @@ def test_the_metric_claim_follows_the_trend_interval(difficulty, direction, verd
 
 def test_fixed_batch_claim_needs_n_star_to_grow_untied():
     grows = _study("f", [_row(1e3, 2), _row(1e5, 16)], study="fixed-batch")
-    holds = _study("f", [_row(1e3, 8), _row(1e5, 8)], study="fixed-batch")
+    holds = _data("f", [_row(1e3, 8), _row(1e5, 8)], study="fixed-batch")
     tied = _study("f", [_row(1e3, 2), _row(1e5, 16, tie=True)], study="fixed-batch")
     assert S.fixed_batch_claim([grows]).verdict == S.SUPPORTED
     assert S.fixed_batch_claim([tied]).verdict == S.UNRESOLVED
     # one winner at both ends contradicts only past its curve's bend (the "large C" of the claim)
     for fit, verdict in (({"not_identified": []}, S.CONTRADICTED), (None, S.UNRESOLVED),
                          ({"not_identified": ["only 60% of its fitted gain reached"]}, S.UNRESOLVED)):
-        holds.data["metrics"]["mean@4"]["fits"] = {"n8-Bp16": {"params": {"C_mid": 30_000.0}, **fit}} if fit else {}
-        claim = S.fixed_batch_claim([holds])
+        claim = S.fixed_batch_claim([_with_fits("f", holds, {"n8-Bp16": {"params": {"C_mid": 30_000.0}, **fit}}
+                                                if fit else {})])
         assert claim.verdict == verdict
         assert ("n8-Bp16 leads at both ends, but its fit is not identified" in claim.evidence[0]) == (verdict == S.UNRESOLVED)
-    falls = _study("f", [_row(1e3, 16), _row(1e5, 4)], study="fixed-batch")
-    falls.data["metrics"]["mean@4"]["fits"] = {"n4-Bp16": {"params": {"C_mid": 9_000.0}, "not_identified": []}}
+    falls = _data("f", [_row(1e3, 16), _row(1e5, 4)], study="fixed-batch")
+    falls = _with_fits("f", falls, {"n4-Bp16": {"params": {"C_mid": 9_000.0}, "not_identified": []}})
     assert S.fixed_batch_claim([falls]).verdict == S.CONTRADICTED
 
 
 def test_fixed_batch_evidence_names_the_n_star_sets_and_whether_the_curves_have_bent():
-    tied = [{**_row(1e3, 2, tie=True), "n_range": [2, 4]}, {**_row(1e5, 4, tie=True), "n_range": [2, 4, 16]}]
-    rising = _study("f", tied, study="fixed-batch")
-    rising.data["metrics"]["mean@4"]["fits"] = {
-        "n2-Bp16": {"params": {"C_mid": 150_000.0}, "not_identified": ["only 40% of its fitted gain reached"]},
-        "n4-Bp16": {"params": {"C_mid": 60_000.0}, "not_identified": []}}
-    claim = S.fixed_batch_claim([rising])
+    tied = [_row(1e3, 2, tie=True, n_range=[2, 4]), _row(1e5, 4, tie=True, n_range=[2, 4, 16])]
+    data = _data("f", tied, study="fixed-batch")
+    fits = {"n2-Bp16": {"params": {"C_mid": 150_000.0}, "not_identified": ["only 40% of its fitted gain reached"]},
+            "n4-Bp16": {"params": {"C_mid": 60_000.0}, "not_identified": []}}
+    claim = S.fixed_batch_claim([_with_fits("f", data, fits)])
     assert claim.verdict == S.UNRESOLVED
     assert "n* 90% set {2, 4}" in claim.evidence[0] and "n* 90% set {2, 4, 16}" in claim.evidence[0]
     assert "1 of 2 mean@4 fits not identified" in claim.evidence[0]
     assert "not past their bend (n2-Bp16); the other one has bent" in claim.evidence[0]
     assert "C_mid up to 150,000" in claim.needs and "`f`" in claim.needs
     assert "1 of 2 had not (n2-Bp16)" in claim.needs and "they had not" not in claim.needs
-    rising.data["metrics"]["mean@4"]["fits"]["n4-Bp16"]["not_identified"] = ["plateau A on its bound 1"]
-    assert "`f`, they had not: fitted C_mid up to 150,000" in S.fixed_batch_claim([rising]).needs
-    bent = _study("g", [_row(1e3, 2), _row(1e5, 16)], study="fixed-batch")
-    bent.data["metrics"]["mean@4"]["fits"] = {"n2-Bp16": {"params": {"C_mid": 9_000.0}, "not_identified": []}}
+    fits["n4-Bp16"]["not_identified"] = ["plateau A on its bound 1"]
+    assert "`f`, they had not: fitted C_mid up to 150,000" in S.fixed_batch_claim([_with_fits("f", data, fits)]).needs
+    bent = _with_fits("g", _data("g", [_row(1e3, 2), _row(1e5, 16)], study="fixed-batch"),
+                      {"n2-Bp16": {"params": {"C_mid": 9_000.0}, "not_identified": []}})
     claim = S.fixed_batch_claim([bent])
     assert claim.verdict == S.SUPPORTED and "n* 90% set {16}" in claim.evidence[0]
     assert "Every mean@4 fit identified: the curves have bent by C = 100,000" in claim.evidence[0]
 
 
-def test_the_report_uses_only_studies_of_the_current_method(tmp_path):
-    """An end-to-end report from a real analysis of a synthetic sweep beside a folder of the earlier
-    method: the first gives the trend claim's evidence, the second is listed and not used."""
+def test_the_report_rests_on_the_analyses_and_refuses_a_folder_of_the_earlier_method(tmp_path):
+    """An end-to-end report from a real analysis of a synthetic sweep gives the trend claim's evidence; a folder
+    of the earlier fitting method beside it stops the report with a message naming the folder and the fix."""
     curves, _ = synthetic_sweep(TRUTH, np.random.default_rng(3))
     analysis = analyse(curves, title="synthetic-easy", study="isocompute", budget=BUDGET, primary="mean@4",
                        bootstrap=40, difficulty="easy")
     write_outputs(analysis, tmp_path / "synthetic-easy")
+    text = S.write_report(tmp_path).read_text()
+    assert (tmp_path / "REPORT.md").exists()
+    trend = analysis.metrics["worst@4"].trend
+    assert f"{trend.slope_per_doubling:+.4f} per doubling" in text
+    assert "| as n grows at a fixed C" in text and "**supported** |" in text
     old = tmp_path / "old-study"
     old.mkdir()
     (old / "fits.json").write_text(json.dumps({"title": "old", "study": "isocompute", "budget": 1, "primary": "mean@4",
                                                "configs": {}, "metrics": {"mean@4": {"frontier": []}}}))
-    text = S.write_report(tmp_path).read_text()
-    assert (tmp_path / "REPORT.md").exists()
-    trend = analysis.metrics["worst@4"].trend
-    assert f"{trend['slope_per_doubling']:+.4f} per doubling" in text
-    assert "`old-study`: analysed with the earlier method" in text
-    assert "| as n grows at a fixed C" in text and "**supported** |" in text
+    with pytest.raises(SchemaError, match=r"old-study/fits.json: analysed with the earlier fitting method.*"
+                                          r"isosweep frontier <sweep-id> --dashboards"):
+        S.write_report(tmp_path)
 
 
 def test_a_trial_one_step_short_of_the_budget_competes_at_the_budget():
@@ -171,8 +212,8 @@ def test_a_trial_one_step_short_of_the_budget_competes_at_the_budget():
     short = analyse(curves, title="t", study="isocompute", budget=BUDGET, primary="mean@4", bootstrap=40)
     for analysis in (exact, short):
         last = analysis.metrics["mean@4"].rows[-1]
-        assert last["C"] == BUDGET and last["config"] == "n8-Bp16" and last["runner_up"] is not None
-        assert analysis.metrics["mean@4"].decision["observed_config"] == "n8-Bp16"
+        assert last.C == BUDGET and last.config == "n8-Bp16" and last.runner_up is not None
+        assert analysis.metrics["mean@4"].decision.observed_config == "n8-Bp16"
     # a trial that stopped well short of the budget does not compete there
     for curve in curves:
         if curve.config == "n8-Bp16":
@@ -180,36 +221,37 @@ def test_a_trial_one_step_short_of_the_budget_competes_at_the_budget():
             curve.compute, curve.counts = curve.compute[keep], curve.counts[keep]
             curve.values = {k: v[keep] for k, v in curve.values.items()}
     stopped = analyse(curves, title="t", study="isocompute", budget=BUDGET, primary="mean@4", bootstrap=20)
-    assert stopped.metrics["mean@4"].rows[-1]["config"] != "n8-Bp16"
+    assert stopped.metrics["mean@4"].rows[-1].config != "n8-Bp16"
 
 
 def test_the_report_is_also_a_standalone_html_page(tmp_path):
     text = "# Title\n\nA **bold** claim with `code` & <tags>.\n\n| a | b |\n| --- | --- |\n| 1 | **2** |\n\n- one\n  more\n- two\n"
     page = S.to_html(text)
     assert "<h1>Title</h1>" in page and "<p>A <strong>bold</strong> claim with <code>code</code> &amp; &lt;tags&gt;.</p>" in page
-    assert "<thead><tr><th>a</th><th>b</th></tr></thead><tbody><tr><td>1</td><td><strong>2</strong></td></tr>" in page
-    assert "<ul><li>one more</li><li>two</li></ul>" in page
+    assert "<thead>\n<tr>\n<th>a</th>\n<th>b</th>\n</tr>\n</thead>\n<tbody>\n<tr>\n<td>1</td>\n<td><strong>2</strong></td>" in page
+    assert "<ul>\n<li>one\nmore</li>\n<li>two</li>\n</ul>" in page
     S.write_report(tmp_path)
     assert (tmp_path / "report.html").read_text().startswith("<!doctype html>")
     assert "<h1>What the studies found</h1>" in (tmp_path / "report.html").read_text()
 
 
 def test_a_holdout_against_a_tie_decides_nothing_whether_it_hits_or_misses(tmp_path):
-    def study(predicted, last):
-        data = {"primary": "mean@4", "seeds": [0, 1], "title": "t", "budget": 100, "difficulty": "easy",
+    def study(predicted, last, *, folder="s", difficulty="easy", C_max=0.0, records=None):
+        data = {"primary": "mean@4", "seeds": [0, 1], "title": "t", "budget": 100, "difficulty": difficulty,
                 "configs": {"n8-Bp16": {"n": 8, "Bp": 16}, "n4-Bp16": {"n": 4, "Bp": 16}, "n2-Bp16": {"n": 2, "Bp": 16},
                             "n16-Bp32": {"n": 16, "Bp": 32}},
-                "metrics": {"mean@4": {"n_trend": {}, "frontier": [last],
+                "metrics": {"mean@4": {"frontier": [last], "records": records or {},
                                        "decision_holdout": {"predicted_config": predicted, "observed_config": "n4-Bp16",
                                                             "hit": predicted == "n4-Bp16", "predicted_value": 0.6,
-                                                            "abs_error": 0.02}}}}
-        return S.Study("s", data)
+                                                            "abs_error": 0.02, "C_max": C_max}}}}
+        return S.Study(folder, saved(data))
 
-    tie = {"config": "n4-Bp16", "runner_up": "n2-Bp16", "tie": True, "n": 4, "Bp": 16, "n_range": [2, 4, 8]}
-    clear = dict(tie, tie=False, n_range=[4])
+    tie = {"C": 100.0, "config": "n4-Bp16", "runner_up": "n2-Bp16", "tie": True, "n_tie": True, "n": 4, "Bp": 16,
+           "n_range": [2, 4, 8]}
+    clear = dict(tie, tie=False, n_tie=False, n_range=[4])
     for last, outcome in ((tie, "tie"), (clear, "hit")):  # the observed best tied with its runner-up, or clear
         s = study("n4-Bp16", last)
-        assert S.holdout_outcome(s, "mean@4", s.data["metrics"]["mean@4"]["decision_holdout"]) == outcome
+        assert S.holdout_outcome(s, "mean@4", s.primary.decision_holdout) == outcome
     lucky = [study("n4-Bp16", tie) for _ in range(3)]
     assert S.holdout_claim(lucky, Path("/nonexistent")).verdict == S.UNRESOLVED
     assert "a hit against a tie" in S.holdout_claim(lucky, Path("/nonexistent")).evidence[0]
@@ -217,7 +259,7 @@ def test_a_holdout_against_a_tie_decides_nothing_whether_it_hits_or_misses(tmp_p
     for predicted, last, outcome in (("n2-Bp16", tie, "tie"), ("n8-Bp16", tie, "tie"), ("n16-Bp32", tie, "miss"),
                                      ("n8-Bp16", clear, "miss")):
         s = study(predicted, last)
-        assert S.holdout_outcome(s, "mean@4", s.data["metrics"]["mean@4"]["decision_holdout"]) == outcome
+        assert S.holdout_outcome(s, "mean@4", s.primary.decision_holdout) == outcome
     ties = [study("n8-Bp16", tie) for _ in range(3)]
     assert S.holdout_claim(ties, Path("/nonexistent")).verdict == S.UNRESOLVED
     misses = [study("n16-Bp32", tie) for _ in range(3)]
@@ -226,16 +268,13 @@ def test_a_holdout_against_a_tie_decides_nothing_whether_it_hits_or_misses(tmp_p
     assert contradicted.evidence[-1] == ("hold-outs that decide, by set (picks that share runs counted once): "
                                          "easy 3 (0 hit)")
     # the verdict stands, and says that it rests on one set when every hold-out on the other was a tie
-    hard_ties = [study("n8-Bp16", tie) for _ in range(2)]
-    for s in hard_ties:
-        s.data["difficulty"] = "hard"
+    hard_ties = [study("n8-Bp16", tie, difficulty="hard") for _ in range(2)]
     one_set = S.holdout_claim([*misses, *hard_ties], Path("/nonexistent"))
     assert one_set.verdict == S.CONTRADICTED
     assert one_set.evidence[-1].endswith("easy 3 (0 hit); hard none (2 hold-outs, every one a tie)")
     assert one_set.needs.startswith("for the verdict to hold on every set: hold-outs that decide on the hard set too")
     # three misses on one set and a hit on the other: the pooled verdict stands (1 of 4), and says the sets disagree
-    hard_hit = study("n4-Bp16", clear)
-    hard_hit.data["difficulty"] = "hard"
+    hard_hit = study("n4-Bp16", clear, difficulty="hard")
     split = S.holdout_claim([*misses, hard_hit], Path("/nonexistent"))
     assert split.verdict == S.CONTRADICTED
     assert split.needs.startswith("the sets disagree (easy 0 of 3 hit; hard 1 of 1 hit) and the verdict pools them: "
@@ -251,17 +290,16 @@ def test_a_holdout_against_a_tie_decides_nothing_whether_it_hits_or_misses(tmp_p
                                                                 "so far, 0 of them hit")
 
     # two studies that ran the same trials of the picked config make the same pick from the same fit: one test
-    records = {"compute": [1.0, 2.0], "value": [0.5, 0.6], "seed": [0, 0]}
-    for i, s in enumerate(misses):
-        s.folder = f"s{i}"
-        s.data["metrics"]["mean@4"]["records"] = {"n16-Bp32": records if i < 2 else {**records, "value": [0.5, 0.7]}}
-        s.data["metrics"]["mean@4"]["decision_holdout"]["C_max"] = 100.0
+    def miss(i: int, C_max: float, values: list[float]) -> S.Study:
+        return study("n16-Bp32", tie, folder=f"s{i}", C_max=C_max,
+                     records={"n16-Bp32": {"compute": [1.0, 2.0], "value": values}})
+
+    misses = [miss(0, 100.0, [0.5, 0.6]), miss(1, 100.0, [0.5, 0.6]), miss(2, 100.0, [0.5, 0.7])]
     once = S.holdout_claim(misses, Path("/nonexistent"))
     assert once.verdict == S.UNRESOLVED and once.needs.startswith("2 real decision hold-out(s) that decide")
     assert "the same pick as `s0`'s from the same runs (its n16-Bp32 trials" in once.evidence[1]
     assert "same pick" not in once.evidence[0] + once.evidence[2]
-    misses[2].data["metrics"]["mean@4"]["decision_holdout"]["C_max"] = 400.0  # another budget: without the runs
-    misses[2].data["metrics"]["mean@4"]["records"]["n16-Bp32"] = records    # on record, another test
+    misses[2] = miss(2, 400.0, [0.5, 0.6])  # another budget: without the runs on record, another test
     assert S.holdout_claim(misses[1:], Path("/nonexistent")).needs.startswith("2 real decision hold-out(s)")
 
     # with each folder's curves kept, the runs are known: the same trials run on to another budget and picked there
@@ -274,7 +312,7 @@ def test_a_holdout_against_a_tie_decides_nothing_whether_it_hits_or_misses(tmp_p
 
     for folder, lr in (("s0", "2.5e-05"), ("s1", "2.5e-05"), ("s2", "2.5e-05")):
         keep_curves(folder, lr)
-    misses[0].data["metrics"]["mean@4"]["decision_holdout"]["C_max"] = 800.0
+    misses[0] = miss(0, 800.0, [0.5, 0.6])
     runs = S.holdout_claim(misses, tmp_path)
     assert runs.evidence[-1].endswith("easy 1 (0 hit)") and runs.verdict == S.UNRESOLVED
     assert "the same pick as `s0`'s from the same runs" in runs.evidence[1] + runs.evidence[2]
@@ -312,7 +350,7 @@ def test_sweeps_pooled_into_one_analysis_are_counted_once(tmp_path):
     assert json.loads((tmp_path / "s" / "fits.json").read_text())["pooled_from"] == ["s-100k-aaa", "s1-100k-bbb"]
     assert "pooled_from" not in one.to_json()
     studies = S.load_studies(tmp_path)
-    assert [s.folder for s in studies] == ["s"] and studies[0].data["seeds"] == [0, 1]
+    assert [s.folder for s in studies] == ["s"] and studies[0].analysis.seeds == (0, 1)
     assert "sweeps `s-100k-aaa`, `s1-100k-bbb` pooled" in studies[0].label()
     report = S.build_report(tmp_path)
     assert "sweep `s1-100k-bbb`: its trials are pooled into `s` and counted there" in report
@@ -403,7 +441,7 @@ def test_a_verdict_decided_on_one_set_says_so_and_what_the_other_set_needs(tmp_p
 
 @pytest.mark.parametrize("seed", range(3))
 def test_paired_differences_to_bf16_match_a_loop_over_problems(seed):
-    from isosweep.experiments.ais_study import paired_vs_bf16
+    from isosweep.experiments.ais_study import ArmRun, ArmSummary, paired_vs_bf16
 
     rng = np.random.default_rng(seed)
     samples, problems = 8, 40
@@ -411,28 +449,28 @@ def test_paired_differences_to_bf16_match_a_loop_over_problems(seed):
     for s in (0, 1):
         for name in ("bf16", "int3", "int3+ais"):
             counts = rng.integers(0, samples + 1, problems).tolist()
-            rows.append({"set": "easy", "arm": name, "seed": s,
-                         "_records": [{"eval_correct": counts, "eval_samples": samples}]})
-    found = {(d["arm"], d["seed"]): d for d in paired_vs_bf16(rows)}
+            rows.append(ArmRun("easy", name, s, ArmSummary(*[math.nan] * 7),
+                               [{"eval_correct": counts, "eval_samples": samples}]))
+    found = {(d.arm, d.seed): d for d in paired_vs_bf16(rows)}
     assert set(found) == {(a, s) for a in ("int3", "int3+ais") for s in (0, 1, "all")}
     for name in ("int3", "int3+ais"):
         per_seed = []
         for s in (0, 1):
-            a = next(r for r in rows if r["arm"] == name and r["seed"] == s)["_records"][-1]["eval_correct"]
-            b = next(r for r in rows if r["arm"] == "bf16" and r["seed"] == s)["_records"][-1]["eval_correct"]
+            a = next(r for r in rows if r.arm == name and r.seed == s).records[-1]["eval_correct"]
+            b = next(r for r in rows if r.arm == "bf16" and r.seed == s).records[-1]["eval_correct"]
             d = np.array(a, float) / samples - np.array(b, float) / samples
             se = d.std(ddof=1) / math.sqrt(problems)
-            assert found[(name, s)]["diff"] == pytest.approx(d.mean(), abs=1e-12)
-            assert found[(name, s)]["se"] == pytest.approx(se, abs=1e-12)
+            assert found[(name, s)].diff == pytest.approx(d.mean(), abs=1e-12)
+            assert found[(name, s)].se == pytest.approx(se, abs=1e-12)
             per_seed.append((d.mean(), se))
-        assert found[(name, "all")]["diff"] == pytest.approx(np.mean([m for m, _ in per_seed]), abs=1e-12)
-        assert found[(name, "all")]["se"] == pytest.approx(math.hypot(*[e for _, e in per_seed]) / 2, abs=1e-12)
+        assert found[(name, "all")].diff == pytest.approx(np.mean([m for m, _ in per_seed]), abs=1e-12)
+        assert found[(name, "all")].se == pytest.approx(math.hypot(*[e for _, e in per_seed]) / 2, abs=1e-12)
 
 
 def test_a_study_extended_by_new_seeds_keeps_and_pools_the_earlier_seeds(tmp_path):
     """Seeds 0 and 1 written by one run, seed 2 by a later one into the same folder (the run directories of
     the first gone): the tables hold all three and the pooled row is the one a single run of all three gives."""
-    from isosweep.experiments.ais_study import paired_vs_bf16, write_outputs
+    from isosweep.experiments.ais_study import ArmRun, ArmSummary, paired_vs_bf16, write_outputs
 
     rng = np.random.default_rng(7)
     samples, problems = 8, 30
@@ -441,20 +479,20 @@ def test_a_study_extended_by_new_seeds_keeps_and_pools_the_earlier_seeds(tmp_pat
         counts = rng.integers(0, samples + 1, problems).tolist()
         records = [{"rollouts": 0, "eval/mean@4": 0.5, "eval_correct": counts, "eval_samples": samples}]
         steps = [{"step": 1, "rollouts": 128, "ais/alpha": 0.4, "mismatch/logp_abs_diff_mean": 0.01}]
-        return {"set": "easy", "arm": name, "seed": s, "final_mean@k": float(np.mean(counts)) / samples,
-                "_records": records, "_steps": steps}
+        summary = ArmSummary(0.5, float(np.mean(counts)) / samples, 0.5, 0.01, 1.0, 0.4, 0.4)
+        return ArmRun("easy", name, s, summary, records, steps)
 
     rows = [row(name, s) for s in (0, 1, 2) for name in ("bf16", "int4", "int4+ais")]
     write_outputs(tmp_path, rows[:6])
     write_outputs(tmp_path, rows[6:])
     found = {(r["arm"], r["seed"]): (float(r["diff"]), float(r["se"]))
              for r in csv.DictReader((tmp_path / "vs_bf16.csv").open())}
-    expected = {(d["arm"], str(d["seed"])): (d["diff"], d["se"]) for d in paired_vs_bf16(rows)}
+    expected = {(d.arm, str(d.seed)): (d.diff, d.se) for d in paired_vs_bf16(rows)}
     assert set(found) == set(expected) and len(found) == 2 * 4
     for key, (diff, se) in expected.items():
         assert found[key] == pytest.approx((diff, se), abs=1e-12)
     table = list(csv.DictReader((tmp_path / "table.csv").open()))
-    assert sorted((r["arm"], r["seed"]) for r in table) == sorted((r["arm"], str(r["seed"])) for r in rows)
+    assert sorted((r["arm"], r["seed"]) for r in table) == sorted((r.arm, str(r.seed)) for r in rows)
     alpha = list(csv.DictReader((tmp_path / "alpha.csv").open()))
     assert len(alpha) == len(rows)
     write_outputs(tmp_path, rows[6:])  # a rerun of seed 2 replaces its rows, never doubles them
@@ -464,5 +502,5 @@ def test_a_study_extended_by_new_seeds_keeps_and_pools_the_earlier_seeds(tmp_pat
 def test_a_study_label_names_its_eval_set_and_one_evaluations_noise():
     data = {"budget": BUDGET, "configs": {"n4-Bp16": {}}, "seeds": [0, 1], "difficulty": "easy",
             "eval": {"problems": 470, "samples": 16, "sampling_se_mean": {"median": 0.0047, "max": 0.005, "evaluations": 9}}}
-    assert "eval 470 problems x 16 samples, one evaluation's sampling se 0.0047)" in S.Study("s", data).label()
-    assert "eval" not in S.Study("s", {k: v for k, v in data.items() if k != "eval"}).label()
+    assert "eval 470 problems x 16 samples, one evaluation's sampling se 0.0047)" in S.Study("s", saved(data)).label()
+    assert "eval" not in S.Study("s", saved({k: v for k, v in data.items() if k != "eval"})).label()

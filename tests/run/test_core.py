@@ -7,10 +7,21 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from isosweep.run.core import TrialJob, duration, is_finished, max_concurrency, open_study, trial_of
+from isosweep.run.core import (
+    Progress,
+    TrialJob,
+    TrialsOutcome,
+    duration,
+    is_finished,
+    max_concurrency,
+    open_study,
+    trial_of,
+    trials_outcome,
+)
 from isosweep.run.grid import GridProgress
 from isosweep.run.lock import LOCK_FILE, lock_study, release_study
 from isosweep.spec.grid import load_sweep
@@ -44,6 +55,32 @@ def test_concurrency_is_what_the_cluster_fits():
 
 def test_durations_read_as_people_write_them():
     assert [duration(s) for s in (0, 75, 3599, 3700)] == ["0m00s", "1m15s", "59m59s", "1h01m"]
+
+
+@pytest.mark.parametrize(("made", "ended", "failed", "expected", "outcome"), [
+    (2, 2, [], None, TrialsOutcome(interrupted=False)),  # every trial ended: done
+    (2, 2, ["b"], 2, TrialsOutcome(interrupted=False, failed=("b",))),  # one failed after its retries
+    (3, 1, [], None, TrialsOutcome(interrupted=True)),  # Ctrl-C: Tune stopped two trials it had made
+    (3, 2, ["c", "a"], None, TrialsOutcome(interrupted=True, failed=("a", "c"))),  # both: failures sorted
+    (1, 1, [], 2, TrialsOutcome(interrupted=True)),  # Ctrl-C between one grid trial's end and the next's start
+    (0, 0, [], None, TrialsOutcome(interrupted=False)),  # an HPO search that proposed nothing more
+])
+def test_a_tune_runs_outcome_is_interrupted_only_when_a_trial_it_made_or_expected_never_ended(
+        made, ended, failed, expected, outcome):
+    assert trials_outcome(made, ended, failed, expected) == outcome
+
+
+def test_the_outcome_reads_tunes_callbacks_as_progress_records_them(tmp_path):
+    """What :func:`isosweep.run.core.run_trials` hands :func:`trials_outcome`: the trials that ended are those
+    Tune called back as complete (an HPO study's early stop included) or failed; one Tune stopped at a Ctrl-C
+    gets no call, and the outcome is interrupted."""
+    state = SimpleNamespace(complete=lambda key: f"[t] {key} finished", status=lambda *args: "[t] status")
+    progress = Progress(state, tmp_path, log=lambda line: None, every_s=1e9, prefix="t")
+    trial = lambda key: SimpleNamespace(config={"trial": {"key": key}}, local_path=str(tmp_path / key))  # noqa: E731
+    progress.on_trial_complete(0, [], trial("a"))
+    progress.on_trial_error(0, [], trial("b"))
+    assert trials_outcome(2, len(progress.ended), progress.failed) == TrialsOutcome(interrupted=False, failed=("b",))
+    assert trials_outcome(3, len(progress.ended), progress.failed) == TrialsOutcome(interrupted=True, failed=("b",))
 
 
 def test_grid_progress_counts_finished_trials_and_estimates_only_once_settled(tmp_path):

@@ -11,13 +11,15 @@ import json
 import math
 import signal
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
+from isosweep.hpo.ledger import TrialEntry
 from isosweep.hpo.searcher import BaseSearcher, JFHPOSearcher
-from isosweep.report.hpo import table_text, verdict_text
+from isosweep.report.hpo import BestTarget, HPOSummary, ProxyVerdict, table_text, verdict_text
 from isosweep.run.hpo import STATE_FILE, StudySearch, make_searcher
 from isosweep.spec.hpo import load_hpo
 from isosweep.track import runs
@@ -386,15 +388,27 @@ def test_asha_and_the_dynamics_stopper_stop_trials_and_say_why(tiny_family, mlfl
 
 
 def test_the_proxy_checks_verdict_is_a_progress_line_and_a_line_of_the_trials_table():
-    distrusted = {"rho": -0.5, "pairs": 3, "threshold": 0.6, "trusted": False}
+    distrusted = ProxyVerdict(rho=-0.5, pairs=3, threshold=0.6, trusted=False)
     line = verdict_text(distrusted, "tiny-5m")
     assert "Spearman rho -0.50" in line and "trusted at >= 0.6" in line and "tiny-5m only" in line
-    assert "keep informing" in verdict_text({**distrusted, "rho": 1.0, "trusted": True}, "tiny-5m")
-    assert "rho undefined" in verdict_text({**distrusted, "rho": None, "pairs": 2}, "tiny-5m")
-    result = {"metric": "eval/mean@4", "trials": [], "sweep_id": "x", "search": "jfhpo", "spent": 1.0,
-              "study_budget": 2.0, "cost_units": "u", "best_target": None, "target": "tiny-5m", "recommended": None}
-    assert "proxy check" not in table_text({**result, "proxy_verdict": None})
-    assert line in table_text({**result, "proxy_verdict": distrusted})
+    assert "keep informing" in verdict_text(replace(distrusted, rho=1.0, trusted=True), "tiny-5m")
+    assert "rho undefined" in verdict_text(replace(distrusted, rho=None, pairs=2), "tiny-5m")
+    result = HPOSummary("x", "jfhpo", 0, "eval/mean@4", "tiny-5m", 512, 2.0, "u", 1.0, None, [], [], None, None, {},
+                        0, {})
+    assert "proxy check" not in table_text(result)
+    assert line in table_text(replace(result, proxy_verdict=distrusted))
+
+
+def test_an_hpo_summary_round_trips_through_hpo_json():
+    entry = TrialEntry("t000-tiny-5m-512", "tiny-5m", 512, {"algorithm.lr_ref": 1e-5}, status="done", reached=512,
+                       value=0.5, best=0.6, cost=512.0, stop_reason="budget", spent_after=512.0)
+    result = HPOSummary("x", "jfhpo", 0, "eval/mean@4", "tiny-5m", 512, 2048.0, "u", 512.0, 0.4, [entry],
+                        [{"trial": entry.key, "spent": 512.0, "incumbent": 0.6, "best_any": 0.6}],
+                        BestTarget(entry.key, 0.6, entry.params), {"algorithm.lr_ref": 1e-5}, {"tiny-5m": 1}, 0,
+                        {"budget": 1}, ProxyVerdict(None, 2, 0.6, True))
+    data = json.loads(json.dumps(result.to_json()))
+    assert HPOSummary.from_json(data) == result
+    assert list(data)[-1] == "proxy_verdict" and list(data)[:2] == ["sweep_id", "search"]
 
 
 def test_asha_draws_its_own_configurations_not_random_searchs_at_the_same_seed(tmp_path):

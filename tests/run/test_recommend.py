@@ -80,8 +80,8 @@ def test_without_filters_it_plans_for_the_newest_sweeps_kind_and_says_so(studies
     P.write_sweep_data(hard, studies / "zz-hard")
     lines = []
     rec = recommend("1e5", folder=studies, bootstrap=5, log=lines.append)
-    assert [s["sweep_id"] for s in rec.sources] == ["synthetic-100k-abc"]
+    assert [s.sweep_id for s in rec.sources] == ["synthetic-100k-abc"]
     assert "planning for task synthetic, difficulty easy, model synthetic" in lines[0]
     assert "choose with --task/--difficulty/--model" in lines[0]
     rec = recommend("1e5", folder=studies, bootstrap=5, difficulty="hard", log=lines.append)
-    assert [s["sweep_id"] for s in rec.sources] == ["zz-hard-100k"]
+    assert [s.sweep_id for s in rec.sources] == ["zz-hard-100k"]

@@ -11,8 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from isosweep.report.schema import FrontierRow
 from isosweep.spec.yamlio import ConfigError
 from isosweep.track import runs, server
+from isosweep.track.tags import EXPERIMENT_KIND_TAG, TRAINING_KIND
 from isosweep.trial.files import TrialDir
 from sweep_helpers import own_smoke, record_models
 
@@ -290,19 +292,19 @@ def test_the_experiment_is_a_training_experiment(mlflow_server, tmp_path, monkey
     client = runs.client(uri)
     monkeypatch.setattr(runs, "EXPERIMENT", f"kind-{tmp_path.name}")
     created = runs.experiment_id(client)
-    assert client.get_experiment(created).tags[runs.KIND_TAG] == runs.TRAINING_KIND == "custom_model_development"
+    assert client.get_experiment(created).tags[EXPERIMENT_KIND_TAG] == TRAINING_KIND == "custom_model_development"
     for before in (None, "genai_development", "finetuning"):
         if before is None:
-            client.delete_experiment_tag(created, runs.KIND_TAG)
+            client.delete_experiment_tag(created, EXPERIMENT_KIND_TAG)
         else:
-            client.set_experiment_tag(created, runs.KIND_TAG, before)
+            client.set_experiment_tag(created, EXPERIMENT_KIND_TAG, before)
         assert runs.experiment_id(client) == created
-        after = client.get_experiment(created).tags.get(runs.KIND_TAG)
-        assert after == (before if before == "finetuning" else runs.TRAINING_KIND), before
+        after = client.get_experiment(created).tags.get(EXPERIMENT_KIND_TAG)
+        assert after == (before if before == "finetuning" else TRAINING_KIND), before
     assert runs.experiment_url(uri, client) == f"{uri}/#/experiments/{created}/runs?workflowType=machine_learning"
     monkeypatch.undo()
     session = runs.experiment_id(client)  # the session's own experiment, made by whichever test came first
-    assert client.get_experiment(session).tags[runs.KIND_TAG] == runs.TRAINING_KIND
+    assert client.get_experiment(session).tags[EXPERIMENT_KIND_TAG] == TRAINING_KIND
 
 
 def test_the_frontier_checkpoint_is_the_winning_configs_best_record_by_c():
@@ -318,8 +320,8 @@ def test_the_frontier_checkpoint_is_the_winning_configs_best_record_by_c():
     assert pick(records, "b", 63) is None and pick(records, "c", 1e9) is None
 
 
-def frontier_row(C: float, config: str | None, value: float, **extra) -> dict:
-    return {"C": C, "config": config, "value": value, "p_best": 0.9, "tie": False, "runner_up": None, **extra}
+def frontier_row(C: float, config: str | None, value: float, **extra) -> FrontierRow:
+    return FrontierRow(**{"C": C, "config": config, "value": value, "p_best": 0.9, **extra})
 
 
 def test_the_frontier_winners_are_registered_once_per_sweep_with_their_tags(mlflow_server, tmp_path):

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -79,7 +80,34 @@ def synthetic_sweep(truth: dict[str, dict], rng: np.random.Generator, *, seeds: 
     return curves, offsets
 
 
-def one_repeat(rng: np.random.Generator, bootstrap: int, truth: dict[str, dict] = TRUTH, **kwargs) -> dict:
+@dataclass(frozen=True)
+class Recovery:
+    """An identified fit's plateau error (fitted minus true ``A``) and midpoint ratio (fitted over true ``C_mid``)."""
+
+    config: str
+    A_error: float
+    C_mid_ratio: float
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """One synthetic sweep analysed: the frontier's winner at C_max against the true best, whether it was called a
+    tie, its P(best), whether its 90% band holds its true value and its value error, the identified fits'
+    recovery, and the decision hold-out's hit and value error (None: no decision to test)."""
+
+    winner: str
+    true_best: str
+    correct: bool
+    tie: bool
+    p_best: float
+    covered: bool
+    value_error: float
+    recovery: tuple[Recovery, ...]
+    decision_hit: bool | None
+    decision_error: float | None
+
+
+def one_repeat(rng: np.random.Generator, bootstrap: int, truth: dict[str, dict] = TRUTH, **kwargs) -> Repeat:
     """One synthetic sweep analysed; what :func:`validate` aggregates."""
     curves, offsets = synthetic_sweep(truth, rng, **kwargs)
     result = analyse(curves, title="synthetic", study="isocompute", budget=BUDGET, primary="mean@4", points=6,
@@ -88,57 +116,86 @@ def one_repeat(rng: np.random.Generator, bootstrap: int, truth: dict[str, dict] 
     last = m.rows[-1]
     truths = {key: float(true_value(p, BUDGET, offsets)[0]) for key, p in truth.items()}
     best = max(truths, key=truths.get)
-    recovery = []
-    for key, fit in m.fits.items():
-        if not m.identified.get(key):
-            recovery.append({"config": key, "A_error": fit.params["A"] - truth[key]["A"],
-                             "C_mid_ratio": fit.params["C_mid"] / truth[key]["C_mid"]})
+    recovery = tuple(Recovery(key, fit.params["A"] - truth[key]["A"], fit.params["C_mid"] / truth[key]["C_mid"])
+                     for key, fit in m.fits.items() if not m.identified.get(key))
     d = m.decision
-    return {"winner": last["config"], "true_best": best, "correct": last["config"] == best, "tie": bool(last["tie"]),
-            "p_best": last["p_best"], "covered": bool(last["low"] <= truths[last["config"]] <= last["high"]),
-            "value_error": last["value"] - truths[last["config"]], "recovery": recovery,
-            "decision_hit": d.get("predicted_config") == best if d.get("predicted_config") else None,
-            "decision_error": (d["predicted_value"] - truths[d["predicted_config"]]) if d.get("predicted_config") else None}
+    return Repeat(last.config, best, last.config == best, last.tie, last.p_best,
+                  bool(last.low <= truths[last.config] <= last.high), last.value - truths[last.config], recovery,
+                  d.predicted_config == best if d.predicted_config else None,
+                  (d.predicted_value - truths[d.predicted_config]) if d.predicted_config else None)
+
+
+@dataclass(frozen=True)
+class Validation:
+    """What :func:`validate` found (``validation.json``): see the module docstring for each figure."""
+
+    repeats: int
+    bootstrap: int
+    truth: dict[str, dict]
+    winner_correct: float
+    winner_correct_or_tie: float
+    band_coverage_90: float
+    value_error_median_abs: float
+    equal_configs_called_tie: float
+    identified_fits: int
+    A_error_median_abs: float
+    C_mid_ratio_median: float
+    C_mid_within_2x: float
+    decision_holdout_hit_rate: float
+    decision_holdout_value_error_median_abs: float
+    decision_holdout_possible: int
+    planner: PlannerValidation | None = None
+
+    def to_json(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "planner"}
+        if self.planner is not None:
+            out["planner"] = self.planner.to_json()
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict) -> Validation:
+        planner = data.get("planner")
+        return cls(**{**data, "planner": PlannerValidation.from_json(planner) if planner else None})
 
 
 def validate(repeats: int = 20, bootstrap: int = 100, seed: int = 0,
-             log: Callable[[str], None] = print) -> dict:
+             log: Callable[[str], None] = print) -> Validation:
     """Repeat synthetic sweeps (:data:`TRUTH`, and a pair of truly equal configs) and summarise."""
     rng = np.random.default_rng(seed)
     main = []
     for i in range(repeats):
         main.append(one_repeat(rng, bootstrap))
-        log(f"[validate-stats] repeat {i + 1}/{repeats}: winner {main[-1]['winner']} (p_best "
-            f"{main[-1]['p_best']:.2f}), covered {main[-1]['covered']}")
+        log(f"[validate-stats] repeat {i + 1}/{repeats}: winner {main[-1].winner} (p_best "
+            f"{main[-1].p_best:.2f}), covered {main[-1].covered}")
     equal_truth = {"n4-Bp16": TRUTH["n8-Bp16"], "n8-Bp16": TRUTH["n8-Bp16"]}
     equal = [one_repeat(rng, bootstrap, equal_truth) for _ in range(repeats)]
-    recovery = [r for rep in main for r in rep["recovery"]]
-    hits = [r["decision_hit"] for r in main if r["decision_hit"] is not None]
-    errors = [abs(r["decision_error"]) for r in main if r["decision_error"] is not None]
-    return {
-        "repeats": repeats, "bootstrap": bootstrap, "truth": TRUTH,
-        "winner_correct": float(np.mean([r["correct"] for r in main])),
-        "winner_correct_or_tie": float(np.mean([r["correct"] or r["tie"] for r in main])),
-        "band_coverage_90": float(np.mean([r["covered"] for r in main])),
-        "value_error_median_abs": float(np.median([abs(r["value_error"]) for r in main])),
-        "equal_configs_called_tie": float(np.mean([r["tie"] for r in equal])),
-        "identified_fits": len(recovery),
-        "A_error_median_abs": float(np.median([abs(r["A_error"]) for r in recovery])) if recovery else math.nan,
-        "C_mid_ratio_median": float(np.median([r["C_mid_ratio"] for r in recovery])) if recovery else math.nan,
-        "C_mid_within_2x": float(np.mean([0.5 <= r["C_mid_ratio"] <= 2.0 for r in recovery])) if recovery else math.nan,
-        "decision_holdout_hit_rate": float(np.mean(hits)) if hits else math.nan,
-        "decision_holdout_value_error_median_abs": float(np.median(errors)) if errors else math.nan,
-        "decision_holdout_possible": len(hits),
-        "planner": validate_planner(repeats, bootstrap, seed + 1, log),
-    }
+    recovery = [r for rep in main for r in rep.recovery]
+    hits = [r.decision_hit for r in main if r.decision_hit is not None]
+    errors = [abs(r.decision_error) for r in main if r.decision_error is not None]
+    return Validation(
+        repeats=repeats, bootstrap=bootstrap, truth=TRUTH,
+        winner_correct=float(np.mean([r.correct for r in main])),
+        winner_correct_or_tie=float(np.mean([r.correct or r.tie for r in main])),
+        band_coverage_90=float(np.mean([r.covered for r in main])),
+        value_error_median_abs=float(np.median([abs(r.value_error) for r in main])),
+        equal_configs_called_tie=float(np.mean([r.tie for r in equal])),
+        identified_fits=len(recovery),
+        A_error_median_abs=float(np.median([abs(r.A_error) for r in recovery])) if recovery else math.nan,
+        C_mid_ratio_median=float(np.median([r.C_mid_ratio for r in recovery])) if recovery else math.nan,
+        C_mid_within_2x=float(np.mean([0.5 <= r.C_mid_ratio <= 2.0 for r in recovery])) if recovery else math.nan,
+        decision_holdout_hit_rate=float(np.mean(hits)) if hits else math.nan,
+        decision_holdout_value_error_median_abs=float(np.median(errors)) if errors else math.nan,
+        decision_holdout_possible=len(hits),
+        planner=validate_planner(repeats, bootstrap, seed + 1, log),
+    )
 
 
-def write_report(summary: dict, out: str | Path) -> Path:
+def write_report(summary: Validation, out: str | Path) -> Path:
     """``validation.json`` and ``validation.md`` under ``out``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "validation.json").write_text(json.dumps(summary, indent=1))
-    s = summary
+    (out / "validation.json").write_text(json.dumps(summary.to_json(), indent=1))
+    s = summary.to_json()
     lines = [
         "# Frontier statistics on synthetic sweeps with a known truth", "",
         f"{s['repeats']} synthetic iso-compute sweeps (3 configs whose best changes with C, 2 seeds each, 512 eval "
@@ -193,7 +250,27 @@ def as_sweeps(curves: list[Curve], budgets: dict[int, int]) -> list[SweepData]:
     return out
 
 
-def planner_repeat(rng: np.random.Generator, bootstrap: int, scenario: str, truth: dict[str, dict] = TRUTH) -> dict:
+@dataclass(frozen=True)
+class PlannerRepeat:
+    """One synthetic sweep pair planned from (:func:`planner_repeat`): the recommendation at C against the true best,
+    whether the true best's value lies in its interval, whether its interval holds its own true value, its regret,
+    P(best), whether it was extrapolated, and how many warnings it carried."""
+
+    scenario: str
+    C: float
+    recommended: str
+    true_best: str
+    correct: bool
+    best_within_interval: bool
+    covered: bool
+    regret: float
+    p_best: float
+    extrapolated: bool
+    warnings: int
+
+
+def planner_repeat(rng: np.random.Generator, bootstrap: int, scenario: str,
+                   truth: dict[str, dict] = TRUTH) -> PlannerRepeat:
     """One synthetic sweep pair planned from. ``between``: seed 0 run to C_max / 4 and seed 1 to C_max, asked at
     C_max / 2; ``beyond``: both seeds run to C_max / 4, asked at C_max (an extrapolation by 4x)."""
     curves, offsets = synthetic_sweep(truth, rng)
@@ -204,31 +281,63 @@ def planner_repeat(rng: np.random.Generator, bootstrap: int, scenario: str, trut
     rec = Planner(sweeps, "mean", bootstrap=bootstrap, seed=int(rng.integers(2**31))).at(C)
     truths = {key: float(true_value(p, C, offsets)[0]) for key, p in truth.items()}
     best = max(truths, key=truths.get)
-    return {"scenario": scenario, "C": C, "recommended": rec.config, "true_best": best,
-            "correct": rec.config == best, "best_within_interval": bool(rec.low <= truths[best] <= rec.high),
-            "covered": bool(rec.low <= truths[rec.config] <= rec.high), "regret": truths[best] - truths[rec.config],
-            "p_best": rec.p_best, "extrapolated": rec.extrapolated, "warnings": len(rec.warnings)}
+    return PlannerRepeat(scenario, C, rec.config, best, rec.config == best, bool(rec.low <= truths[best] <= rec.high),
+                         bool(rec.low <= truths[rec.config] <= rec.high), truths[best] - truths[rec.config],
+                         rec.p_best, rec.extrapolated, len(rec.warnings))
+
+
+@dataclass(frozen=True)
+class ScenarioSummary:
+    """A planner scenario over its repeats: the C asked, the share that recommended the true best, the share that
+    was good (that, or the true best's value inside the interval), the interval's coverage, the regret's median
+    and largest."""
+
+    C: float
+    correct: float
+    good: float
+    coverage_90: float
+    regret_median: float
+    regret_max: float
+
+    def to_json(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class PlannerValidation:
+    """The planner on synthetic sweeps: each scenario's :class:`ScenarioSummary`."""
+
+    repeats: int
+    bootstrap: int
+    between: ScenarioSummary
+    beyond: ScenarioSummary
+
+    def to_json(self) -> dict:
+        return {"repeats": self.repeats, "bootstrap": self.bootstrap, "between": self.between.to_json(),
+                "beyond": self.beyond.to_json()}
+
+    @classmethod
+    def from_json(cls, data: dict) -> PlannerValidation:
+        return cls(data["repeats"], data["bootstrap"], ScenarioSummary(**data["between"]),
+                   ScenarioSummary(**data["beyond"]))
 
 
 def validate_planner(repeats: int = 20, bootstrap: int = 100, seed: int = 1,
-                     log: Callable[[str], None] = print) -> dict:
+                     log: Callable[[str], None] = print) -> PlannerValidation:
     """The planner on synthetic sweeps (:data:`TRUTH`): for each scenario of :func:`planner_repeat`, how often the
     recommendation is the true best or the true best's value lies within the recommendation's 90% interval
     (``good``), how often its interval holds its own true value (coverage), and its median regret."""
     rng = np.random.default_rng(seed)
-    out = {"repeats": repeats, "bootstrap": bootstrap}
+    summaries = {}
     for scenario in ("between", "beyond"):
         reps = []
         for i in range(repeats):
             reps.append(planner_repeat(rng, bootstrap, scenario))
-            log(f"[validate-stats] planner {scenario} {i + 1}/{repeats}: {reps[-1]['recommended']} (true best "
-                f"{reps[-1]['true_best']}), covered {reps[-1]['covered']}")
-        out[scenario] = {
-            "C": reps[0]["C"],
-            "correct": float(np.mean([r["correct"] for r in reps])),
-            "good": float(np.mean([r["correct"] or r["best_within_interval"] for r in reps])),
-            "coverage_90": float(np.mean([r["covered"] for r in reps])),
-            "regret_median": float(np.median([r["regret"] for r in reps])),
-            "regret_max": float(np.max([r["regret"] for r in reps])),
-        }
-    return out
+            log(f"[validate-stats] planner {scenario} {i + 1}/{repeats}: {reps[-1].recommended} (true best "
+                f"{reps[-1].true_best}), covered {reps[-1].covered}")
+        summaries[scenario] = ScenarioSummary(
+            reps[0].C, float(np.mean([r.correct for r in reps])),
+            float(np.mean([r.correct or r.best_within_interval for r in reps])),
+            float(np.mean([r.covered for r in reps])), float(np.median([r.regret for r in reps])),
+            float(np.max([r.regret for r in reps])))
+    return PlannerValidation(repeats, bootstrap, **summaries)

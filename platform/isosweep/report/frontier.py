@@ -1,20 +1,17 @@
-"""The compute-optimal frontier of an iso-compute sweep: records -> sigmoid fits -> n*(C).
+"""Sigmoid fits of eval curves in compute, and what they can and cannot say.
 
-Pure functions of numpy arrays, lists and dicts (no Ray, MLflow or config classes); the sweep
-driver reads each trial's eval curve, calls these, and logs what they return. Compute ``C`` is
-always in **rollouts** (sampled completions), as logged at each eval step; ``value`` is the
-eval metric in its own units (a rate such as mean@k in ``[0, 1]``, usually).
+Pure functions of numpy arrays (no Ray, MLflow or config classes). Compute ``C`` is always in
+**rollouts** (sampled completions), as logged at each eval step; ``value`` is the eval metric in
+its own units (a rate such as mean@k in ``[0, 1]``, usually). What this module promises:
 
-Pipeline (platform/docs/concepts.md, "Reading the frontier table"):
-
-1. :func:`record_points` keeps the points of one trial's curve that beat every earlier one.
-2. :func:`fit_sigmoid` fits ``R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B)`` to them with a
-   robust loss and bootstrap confidence intervals.
-3. :func:`frontier` takes the best fitted config at each ``C`` of a grid;
-   :func:`optimal_allocation` reads ``n*(C)`` (or ``Bp*(C)``) off it and
-   :func:`saturation_point` says from which ``C`` it stops changing.
-4. :func:`holdout_check` validates the fit by fitting on ``C <= C_max / 4`` and predicting
-   the value at ``C_max``.
+- :func:`sigmoid` is ``R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B)``, evaluated without overflow.
+- :func:`fit_sigmoid` fits it to one config's points with a robust loss under the bounds below
+  and returns a point fit (:class:`SigmoidFit`); it makes no intervals. The points of one
+  learning curve are not independent, so a caller that needs uncertainty resamples what is
+  independent (seeds, eval problems), refits each resample and keeps the refits in
+  :attr:`SigmoidFit.boot` (the sweep analysis does, in :mod:`isosweep.report.fitting`).
+- :func:`identification` says why a fit's plateau, midpoint or slope is set by its bounds rather
+  than by the data.
 
 Fitting details. The fit is parameterised as ``(u0, u1, log C_mid, B)`` with box bounds, where
 ``R0 = lo + (hi - lo) * u0`` and ``A = R0 + (hi - R0) * u1`` for ``u0, u1 in [0, 1]``: this
@@ -63,30 +60,6 @@ def _curve(compute: ArrayLike, value: ArrayLike) -> tuple[np.ndarray, np.ndarray
     return c, v
 
 
-def record_points(compute: ArrayLike, value: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
-    """The record-breaking points of one eval curve.
-
-    Points are ordered by compute (a stable sort, so points of equal compute keep the order
-    given); a point is a record iff its value is strictly higher than the value of every
-    earlier point. The first point is always a record, and so is the first point reaching the
-    maximum value.
-
-    Args:
-        compute: ``(points,)``, compute in rollouts at each eval.
-        value: ``(points,)``, the metric at each eval.
-
-    Returns:
-        ``(compute, value)`` of the records, float64 ``(records,)`` each, ordered by compute;
-        the values are strictly increasing. Empty input gives empty arrays.
-    """
-    c, v = _curve(compute, value)
-    order = np.argsort(c, kind="stable")
-    c, v = c[order], v[order]
-    best_before = np.concatenate([[-np.inf], np.maximum.accumulate(v)[:-1]])
-    keep = v > best_before
-    return c[keep], v[keep]
-
-
 def sigmoid(C: ArrayLike, R0: float, A: float, C_mid: float, B: float) -> float | np.ndarray:
     """``R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B)``, elementwise.
 
@@ -111,7 +84,7 @@ def sigmoid(C: ArrayLike, R0: float, A: float, C_mid: float, B: float) -> float 
 
 @dataclass(frozen=True)
 class SigmoidFit:
-    """A sigmoid fitted to one config's records, with its bootstrap refits."""
+    """A sigmoid fitted to one config's points, and the refits of resamples a caller made of it."""
 
     params: dict[str, float]
     """``R0``, ``A`` (metric units), ``C_mid`` (rollouts) and ``B`` of the fit to all points."""
@@ -120,14 +93,15 @@ class SigmoidFit:
     success: bool
     """Whether ``least_squares`` reported convergence on the full data."""
     boot: np.ndarray = field(default_factory=lambda: np.empty((0, 4)), compare=False, repr=False)
-    """``(fits, 4)``: parameters of the successful bootstrap refits, columns :data:`PARAM_NAMES`."""
+    """``(fits, 4)``: parameters of refits of resampled data, columns :data:`PARAM_NAMES`; empty from
+    :func:`fit_sigmoid`, filled by a caller that resamples (seeds, eval problems) and refits."""
     bounds: tuple[float, float] = (0.0, 1.0)
     """``(lo, hi)``, the value bounds ``R0`` and ``A`` were fitted within."""
 
     @property
     def ci(self) -> dict[str, tuple[float, float]]:
-        """90% percentile bootstrap interval ``(low, high)`` per parameter; ``(nan, nan)``
-        when there are no bootstrap refits."""
+        """90% percentile interval ``(low, high)`` of :attr:`boot` per parameter; ``(nan, nan)``
+        when there are no refits."""
         if len(self.boot) == 0:
             return {name: (np.nan, np.nan) for name in PARAM_NAMES}
         low, high = np.quantile(self.boot, [0.05, 0.95], axis=0)
@@ -136,29 +110,6 @@ class SigmoidFit:
     def predict(self, C: ArrayLike) -> float | np.ndarray:
         """The fitted curve at compute ``C`` (rollouts, any shape); see :func:`sigmoid`."""
         return sigmoid(C, **self.params)
-
-    def predict_ci(self, C: ArrayLike, level: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
-        """Pointwise ``level`` percentile interval of the bootstrap curves at ``C``.
-
-        Args:
-            C: compute in rollouts, any shape.
-            level: coverage in ``(0, 1)``.
-
-        Returns:
-            ``(low, high)``, float64 arrays of ``C``'s shape; all nan when there are no
-            bootstrap refits.
-        """
-        if not 0.0 < level < 1.0:
-            raise ValueError(f"level must lie in (0, 1), got {level}")
-        c = np.asarray(C, dtype=np.float64)
-        if np.any(c <= 0):
-            raise ValueError("compute C must be > 0")
-        if len(self.boot) == 0:
-            return np.full(c.shape, np.nan), np.full(c.shape, np.nan)
-        curves = np.stack([sigmoid(c, *row) for row in self.boot])
-        tail = (1.0 - level) / 2.0
-        low, high = np.quantile(curves, [tail, 1.0 - tail], axis=0)
-        return low, high
 
 
 def _value_bounds(v: np.ndarray) -> tuple[float, float]:
@@ -229,14 +180,12 @@ def fit_sigmoid(
     compute: ArrayLike,
     value: ArrayLike,
     loss: Loss = "soft_l1",
-    bootstrap: int = 200,
-    seed: int = 0,
     f_scale: float | None = None,
     value_bounds: tuple[float, float] | None = None,
     R0: float | None = None,
     start: dict[str, float] | None = None,
 ) -> SigmoidFit:
-    """Fit :func:`sigmoid` to one config's points, with bootstrap refits.
+    """Fit :func:`sigmoid` to one config's points: the best of a few robust least-squares runs.
 
     Uses ``scipy.optimize.least_squares`` with a robust ``loss`` under the bounds
     ``lo <= R0 <= A <= hi`` (see the module docstring for ``[lo, hi]``), ``B`` in
@@ -245,19 +194,15 @@ def fit_sigmoid(
     and largest value, ``C_mid`` where the running best first reaches their midpoint (and the
     geometric mean of the compute), ``B`` 1 and 3; the best of these four starts is kept.
 
-    Bootstrap: ``bootstrap`` resamples of the points with replacement (a
-    ``numpy.random.default_rng(seed)``), each refitted from the full-data fit; resamples with
-    fewer than :data:`MIN_POINTS` distinct compute values and refits that do not converge are
-    skipped. Resampling points treats them as independent, which the points of one learning
-    curve are not: the sweep analysis (:mod:`isosweep.report.analysis`) calls this with
-    ``bootstrap=0`` and resamples seeds and eval problems itself.
+    Deterministic: the same points and options give the same fit. No intervals: the points of
+    one learning curve are not independent, so resampling them would understate the
+    uncertainty; a caller that needs it resamples seeds and eval problems, refits each resample
+    (passing this fit as ``start``) and keeps the refits in :attr:`SigmoidFit.boot`.
 
     Args:
         compute: ``(points,)``, compute in rollouts, ``> 0``.
         value: ``(points,)``, the metric at each point.
         loss: a ``least_squares`` loss; ``"linear"`` is plain least squares.
-        bootstrap: number of bootstrap resamples, ``>= 0``.
-        seed: seed of the bootstrap resampling.
         f_scale: residual scale (metric units) beyond which the robust loss grows slower than
             squares. ``None``: 1.4826 x the median absolute residual of a first robust fit
             (a MAD estimate of the noise), so outliers are judged against the curve's own noise.
@@ -268,7 +213,8 @@ def fit_sigmoid(
             one ``least_squares`` run from there instead of the four data-derived starts.
 
     Returns:
-        a :class:`SigmoidFit`.
+        a :class:`SigmoidFit` with an empty ``boot``; ``success`` is ``least_squares``' own verdict
+        (a fit that did not converge is returned, not raised).
     """
     c, v = _curve(compute, value)
     if len(c) < MIN_POINTS:
@@ -279,8 +225,6 @@ def fit_sigmoid(
         raise ValueError(f"need at least {MIN_POINTS} distinct compute values, got {len(np.unique(c))}")
     if loss not in _LOSSES:
         raise ValueError(f"loss must be one of {_LOSSES}, got {loss!r}")
-    if bootstrap < 0:
-        raise ValueError(f"bootstrap must be >= 0, got {bootstrap}")
     if f_scale is not None and not f_scale > 0:
         raise ValueError(f"f_scale must be > 0, got {f_scale}")
     if R0 is not None and not np.isfinite(R0):
@@ -325,22 +269,11 @@ def fit_sigmoid(
         scale = max(1.4826 * float(np.median(np.abs(best.fun))), 1e-6 * span)
         best = best_of([best.x], scale)
 
-    rng = np.random.default_rng(seed)
-    boot = []
-    for _ in range(bootstrap):
-        idx = rng.integers(0, len(c), len(c))
-        if len(np.unique(c[idx])) < MIN_POINTS:
-            continue
-        run = _fit_once(log_c[idx], v[idx], best.x, box, (lo, hi), loss, scale, fixed_u0)
-        if run.success:
-            boot.append(_to_params(run.x, lo, hi))
-
     params = dict(zip(PARAM_NAMES, map(float, _to_params(best.x, lo, hi))))
     return SigmoidFit(
         params=params,
         n=len(c),
         success=bool(best.success),
-        boot=np.array(boot, dtype=np.float64).reshape(-1, 4),
         bounds=(float(lo), float(hi)),
     )
 
@@ -372,139 +305,3 @@ def identification(fit: SigmoidFit, c_max: float) -> list[str]:
     return issues
 
 
-FRONTIER_FIELDS = ("C", "config", "value", "low", "high")
-"""Keys every :func:`frontier` row has besides the winning config's fields."""
-
-
-def frontier(
-    fits: dict[str, SigmoidFit], configs: dict[str, dict], grid: ArrayLike
-) -> list[dict]:
-    """The compute-optimal frontier: the best fitted config at each compute of ``grid``.
-
-    Args:
-        fits: config key -> its :class:`SigmoidFit`.
-        configs: config key -> its fields (e.g. ``{"n": 8, "Bp": 16}``); must cover ``fits``.
-        grid: ``(grid,)``, compute in rollouts, ``> 0``.
-
-    Returns:
-        one dict per grid point, in grid order: ``C``, ``config`` (the key whose fitted value
-        is highest at ``C``; on an exact tie the first key in ``fits`` order), ``value`` (its
-        fitted value), ``low`` and ``high`` (its 90% bootstrap interval at ``C``, nan without
-        refits), and that config's fields.
-    """
-    if not fits:
-        raise ValueError("frontier needs at least one fit")
-    missing = [key for key in fits if key not in configs]
-    if missing:
-        raise ValueError(f"configs has no entry for fitted keys {missing}")
-    clashing = sorted({name for key in fits for name in configs[key] if name in FRONTIER_FIELDS})
-    if clashing:
-        raise ValueError(f"config fields {clashing} clash with frontier columns {FRONTIER_FIELDS}")
-    c = np.asarray(grid, dtype=np.float64)
-    if c.ndim != 1:
-        raise ValueError(f"grid must be 1-D, got shape {c.shape}")
-
-    keys = list(fits)
-    values = np.stack([fits[key].predict(c) for key in keys])  # (configs, grid)
-    bands = [fits[key].predict_ci(c) for key in keys]
-    winners = np.argmax(values, axis=0)  # first maximum on ties
-    rows = []
-    for j, w in enumerate(winners):
-        rows.append({
-            "C": float(c[j]),
-            "config": keys[w],
-            "value": float(values[w, j]),
-            "low": float(bands[w][0][j]),
-            "high": float(bands[w][1][j]),
-            **configs[keys[w]],
-        })
-    return rows
-
-
-def optimal_allocation(frontier_rows: list[dict], key: str = "n") -> np.ndarray:
-    """``n*(C)`` (or ``Bp*(C)`` with ``key="Bp"``): the winning config's field per grid point.
-
-    Returns:
-        ``(grid,)`` array of ``row[key]`` over :func:`frontier`'s rows.
-    """
-    absent = [row["C"] for row in frontier_rows if key not in row]
-    if absent:
-        raise ValueError(f"frontier rows at C={absent} have no field {key!r}")
-    return np.asarray([row[key] for row in frontier_rows])
-
-
-def saturation_point(grid: ArrayLike, n_star: ArrayLike, tol: float = 0.0) -> float | None:
-    """The smallest compute from which ``n*(C)`` stays constant to the end of the grid.
-
-    Rule: let ``i`` be the last grid index with ``|n*[i] - n*[i-1]| > tol``. The saturation
-    point is ``grid[i]`` (the first ``C`` at which the final ``n*`` is reached and kept), or
-    ``grid[0]`` if ``n*`` never changes. If ``i`` is the last grid index, ``n*`` is still
-    changing where the grid ends, and the answer is ``None``. A saturation point therefore
-    only means "constant over the rest of the grid": extend the grid to test beyond it.
-
-    Args:
-        grid: ``(grid,)``, strictly increasing compute in rollouts.
-        n_star: ``(grid,)``, e.g. from :func:`optimal_allocation`.
-        tol: changes of ``n*`` up to ``tol`` (absolute) count as no change.
-    """
-    c = np.asarray(grid, dtype=np.float64)
-    n = np.asarray(n_star, dtype=np.float64)
-    if c.ndim != 1 or n.shape != c.shape or len(c) == 0:
-        raise ValueError(f"grid and n_star must be non-empty 1-D of one length, got {c.shape}, {n.shape}")
-    if np.any(np.diff(c) <= 0):
-        raise ValueError("grid must be strictly increasing")
-    if tol < 0:
-        raise ValueError(f"tol must be >= 0, got {tol}")
-    changes = np.flatnonzero(np.abs(np.diff(n)) > tol) + 1
-    if len(changes) == 0:
-        return float(c[0])
-    last = int(changes[-1])
-    return None if last == len(c) - 1 else float(c[last])
-
-
-def holdout_check(
-    compute: ArrayLike,
-    value: ArrayLike,
-    fraction: float = 0.25,
-    loss: Loss = "soft_l1",
-    f_scale: float | None = None,
-) -> dict:
-    """Validate the sigmoid form: fit on ``C <= fraction * C_max``, predict the value at ``C_max``.
-
-    Pass the points :func:`fit_sigmoid` would get (a trial's records). The fit has no
-    bootstrap: only the point prediction is compared.
-
-    Args:
-        compute: ``(points,)``, compute in rollouts, ``> 0``.
-        value: ``(points,)``, the metric.
-        fraction: the fitting window as a fraction of ``C_max``, in ``(0, 1]``.
-
-    Returns:
-        ``predicted`` (fitted value at ``C_max``), ``observed`` (the best value observed up to
-        ``C_max``: the running max there), ``abs_error`` (``|predicted - observed|``),
-        ``n_fit_points`` (points in the window) and ``reason`` (``None``, or why ``predicted``
-        and ``abs_error`` are ``None``: fewer than :data:`MIN_POINTS` distinct compute values
-        in the window).
-    """
-    c, v = _curve(compute, value)
-    if len(c) == 0:
-        raise ValueError("holdout_check needs at least one point")
-    if np.any(c <= 0):
-        raise ValueError("compute must be > 0 (rollouts)")
-    if not 0.0 < fraction <= 1.0:
-        raise ValueError(f"fraction must lie in (0, 1], got {fraction}")
-    c_max = float(c.max())
-    window = c <= fraction * c_max
-    result = {"predicted": None, "observed": float(v.max()), "abs_error": None,
-              "n_fit_points": int(window.sum()), "reason": None}
-    distinct = len(np.unique(c[window]))
-    if distinct < MIN_POINTS:
-        result["reason"] = (
-            f"only {distinct} distinct compute values at C <= {fraction} * C_max = "
-            f"{fraction * c_max:g} rollouts; a sigmoid fit needs {MIN_POINTS}"
-        )
-        return result
-    fit = fit_sigmoid(c[window], v[window], loss=loss, bootstrap=0, f_scale=f_scale)
-    result["predicted"] = fit.predict(c_max)
-    result["abs_error"] = abs(result["predicted"] - result["observed"])
-    return result

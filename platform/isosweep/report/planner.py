@@ -11,9 +11,9 @@ or the ``curves.json`` a study folder keeps). The planner:
    deterministic given its allocation, seed and method, so the same (n, Bp, seed) in two sweeps is
    one run, kept once (from the sweep that reaches furthest), never counted as two seeds.
 2. **Fits** each allocation's pooled running bests (the sigmoid with ``R0`` fixed to the base
-   model's measured value, as the frontier analysis does), then refits on bootstrap replicates
-   that draw each allocation's trials (seeds, and sweeps) with replacement and the eval problems
-   with replacement, paired across trials.
+   model's measured value), then refits on bootstrap replicates that draw each allocation's trials
+   (seeds, and sweeps) with replacement and the eval problems with replacement, paired across trials:
+   the frontier analysis's own pipeline (:func:`isosweep.report.fitting.fit_allocations`).
 3. **At C**: the allocations whose data reach C compete on their fitted values (a fit decides
    nothing beyond its own data); if none reaches C, every fitted allocation competes on its fit
    *extrapolated*, and the output says so. The winner's value has the 90% interval of its refits,
@@ -25,7 +25,8 @@ or the ``curves.json`` a study folder keeps). The planner:
    allocation.
 5. **Warnings**, each with what to run: C beyond the data or beyond 4x it, n* or Bp* at the edge of
    what was studied, a winner whose fit is not identified, sweeps that disagree on one allocation
-   by more than twice the seed noise, sweeps pooled with different method settings (lr_ref ...).
+   beyond chance (a two-sample t test on the seeds' spread, Bonferroni-corrected over the comparisons made:
+   :func:`beyond_chance`), sweeps pooled with different method settings (lr_ref ...).
 6. **What to run next** (:func:`suggestion`): the one sweep that would most shrink the
    recommendation's uncertainty -- a grid extension at an edge, else the next budget toward C for
    the contenders, else more seeds of a tie -- as a sweep spec ready for ``make sweep``.
@@ -45,15 +46,8 @@ from scipy.stats import t as student
 
 from isosweep.algo import MIN_GROUP
 from isosweep.report import frontier as F
-from isosweep.report.analysis import (
-    P_BEST_FLOOR,
-    Resampler,
-    base_value,
-    fit_points,
-    reached,
-    running_best_points,
-    why_unfittable,
-)
+from isosweep.report.analysis import P_BEST_FLOOR
+from isosweep.report.fitting import Pairs, fit_allocations, reached
 from isosweep.report.plots import png, pyplot
 from isosweep.spec.grid import ADDED_LATER
 from isosweep.spec.values import short_count
@@ -142,13 +136,30 @@ def pool_groups(sweeps: list[SweepData]) -> list[list[SweepData]]:
     return [sorted(g, key=lowest) for g in groups.values() if len(g) > 1]
 
 
+@dataclass(frozen=True)
+class RunId:
+    """One deterministic training run: a trial is determined by its allocation (``config``), its ``seed`` and its
+    ``recipe`` (the task, model and method settings, as JSON), so the same run in two sweeps -- to the same or
+    another budget -- is one observation, not two seeds."""
+
+    config: str
+    seed: int
+    recipe: str
+
+
+def run_identity(data: SweepData, curve: Curve) -> RunId:
+    """The run ``curve`` (a trial of the sweep ``data``) is: the one identity the planner, the pooling of a
+    study's parts and the study report count runs by."""
+    return RunId(curve.config, int(curve.fields.get("seed", 0)),
+                 json.dumps({**method(data), **identity(data)}, sort_keys=True))
+
+
 def pooled_curves(group: list[SweepData]) -> list[Curve]:
-    """Every trial's curve of the ``group``, a (config, seed) kept once: trials are deterministic, so one run
-    twice in two sweeps is one observation, not two seeds."""
+    """Every trial's curve of the ``group``, each run (:func:`run_identity`) kept once."""
     seen, out = set(), []
     for d in group:
         for c in d.curves:
-            key = (c.config, int(c.fields.get("seed", 0)))
+            key = run_identity(d, c)
             if key not in seen:
                 seen.add(key)
                 out.append(c)
@@ -204,6 +215,88 @@ def _wanted(wanted: dict[str, str | None]) -> str:
 # --------------------------------------------------------------------------------- the model
 
 
+@dataclass(frozen=True)
+class Contender:
+    """An allocation that competed at C: its fitted value with the 90% band of its refits, P(best), how far it
+    trails the winner (with that lead's 90% interval; NaN for the winner), whether it is within noise of the
+    winner, whether C is beyond its data (``reach``), and why its fit is not identified (empty: identified)."""
+
+    config: str
+    n: int
+    Bp: int
+    M: int
+    value: float
+    low: float
+    high: float
+    p_best: float
+    lead: float
+    lead_low: float
+    lead_high: float
+    within_noise: bool
+    extrapolated: bool
+    reach: float
+    not_identified: tuple[str, ...]
+
+    def to_json(self) -> dict:
+        return {"config": self.config, "n": self.n, "Bp": self.Bp, "M": self.M, "value": self.value, "low": self.low,
+                "high": self.high, "p_best": self.p_best, "lead": self.lead, "lead_low": self.lead_low,
+                "lead_high": self.lead_high, "within_noise": self.within_noise, "extrapolated": self.extrapolated,
+                "reach": self.reach, "not_identified": list(self.not_identified)}
+
+
+@dataclass(frozen=True)
+class AllocationLine:
+    """``log2`` of n* (or Bp*) as a straight line in ``log10 C`` over the data: its slope (doublings per decade of
+    C) with the replicates' 90% interval, what it gives at the C asked with its interval, and the values studied."""
+
+    slope_per_decade: float
+    slope_low: float
+    slope_high: float
+    at_C: float
+    at_C_low: float
+    at_C_high: float
+    studied: tuple[int, ...]
+
+    def to_json(self) -> dict:
+        return {"slope_per_decade": self.slope_per_decade, "slope_low": self.slope_low, "slope_high": self.slope_high,
+                "at_C": self.at_C, "at_C_low": self.at_C_low, "at_C_high": self.at_C_high,
+                "studied": list(self.studied)}
+
+
+@dataclass(frozen=True)
+class PlanTrend:
+    """n*(C) and Bp*(C) read on a log grid of C from ``C_from`` to ``C_to`` (None: fewer than two winners)."""
+
+    C_from: float
+    C_to: float
+    n: AllocationLine | None = None
+    Bp: AllocationLine | None = None
+
+    def to_json(self) -> dict:
+        out = {"C_from": self.C_from, "C_to": self.C_to}
+        out.update({name: line.to_json() for name, line in (("n", self.n), ("Bp", self.Bp)) if line})
+        return out
+
+
+@dataclass(frozen=True)
+class Source:
+    """A sweep a recommendation rests on: its id and budget, the trials kept and those left out as repeats of
+    another sweep's run, their seeds and configs, and the compute they reach."""
+
+    sweep_id: str
+    budget: int
+    trials: int
+    repeats_left_out: int
+    seeds: tuple[int, ...]
+    configs: tuple[str, ...]
+    reach: float
+
+    def to_json(self) -> dict:
+        return {"sweep_id": self.sweep_id, "budget": self.budget, "trials": self.trials,
+                "repeats_left_out": self.repeats_left_out, "seeds": list(self.seeds), "configs": list(self.configs),
+                "reach": self.reach}
+
+
 @dataclass
 class Recommendation:
     """The planner's answer at one budget (see the module docstring)."""
@@ -219,29 +312,57 @@ class Recommendation:
     high: float = math.nan
     p_best: float = math.nan
     extrapolated: bool = False
-    contenders: list[dict] = field(default_factory=list)
-    """Every allocation that competed at C: config, n, Bp, M, value, low, high, p_best, lead (winner minus it)
-    with its 90% interval, within_noise."""
-    trend: dict = field(default_factory=dict)
-    """n*(C) and Bp*(C) across the data and at C: slope per decade of C, the trend's n* and Bp* at C with intervals."""
+    contenders: list[Contender] = field(default_factory=list)
+    """Every allocation that competed at C, best first."""
+    trend: PlanTrend | None = None
+    """n*(C) and Bp*(C) across the data and at C."""
     warnings: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
     """A short label per warning (``beyond the data``, ``n* at grid edge`` ...), in the same order."""
-    sources: list[dict] = field(default_factory=list)
-    """The sweeps it rests on: id, budget, trials, seeds, the compute its data reach."""
+    sources: list[Source] = field(default_factory=list)
+    """The sweeps it rests on."""
     data_C: float = math.nan
     """The largest compute any pooled trial's data reach."""
     replicates: int = 0
     noise: str = ""
 
-    def within_noise(self) -> list[dict]:
-        return [c for c in self.contenders if c["within_noise"] and c["config"] != self.config]
+    def within_noise(self) -> list[Contender]:
+        return [c for c in self.contenders if c.within_noise and c.config != self.config]
 
     def to_json(self) -> dict:
         data = {k: getattr(self, k) for k in ("C", "metric", "config", "n", "Bp", "M", "value", "low", "high",
-                                              "p_best", "extrapolated", "contenders", "trend", "warnings", "flags",
-                                              "sources", "data_C", "replicates", "noise")}
+                                              "p_best", "extrapolated")}
+        data.update(contenders=[c.to_json() for c in self.contenders],
+                    trend=self.trend.to_json() if self.trend else {}, warnings=self.warnings, flags=self.flags,
+                    sources=[s.to_json() for s in self.sources], data_C=self.data_C, replicates=self.replicates,
+                    noise=self.noise)
         return json.loads(json.dumps(data, default=float).replace("NaN", "null"))
+
+
+@dataclass(frozen=True)
+class BudgetCheck:
+    """The leave-one-budget-out check (:func:`leave_one_budget_out`): the planner's pick at ``C_max`` from the data
+    at ``C <= from_C`` only, against what was observed at ``C_max``."""
+
+    C_max: float
+    from_C: float
+    recommended: str
+    predicted: float
+    low: float
+    high: float
+    p_best: float
+    observed_best: str | None
+    observed_best_value: float
+    observed_recommended: float
+    hit: bool
+    covered: bool | None
+    """Whether the pick's observed value is inside its predicted interval (None: it was not observed)."""
+    shortfall: float
+    within_noise: tuple[str, ...]
+    warnings: tuple[str, ...]
+    observed: dict[str, float]
+    """Each allocation observed at C_max -> its seed mean of the running best there."""
+    candidates: tuple[str, ...]
 
 
 class Planner:
@@ -257,13 +378,12 @@ class Planner:
         self.budget_of: dict[str, int] = {}
         self.repeats: dict[str, int] = {}
         """sweep id -> its trials left out as repeats of a trial of another sweep (same allocation and seed)."""
-        seen: set[tuple[str, int, str]] = set()
-        # A trial is deterministic given its allocation, seed and method: the same (n, Bp, seed) in two sweeps
-        # is one run measured twice, not two seeds. Keep the one that reaches furthest (largest budget).
+        seen: set[RunId] = set()
+        # The same run in two sweeps is one run measured twice, not two seeds: keep the one that reaches
+        # furthest (largest budget).
         for data in sorted(sweeps, key=lambda d: -d.budget):
-            recipe = json.dumps(method(data), sort_keys=True)
             for c in data.curves:
-                run = (c.config, int(c.fields.get("seed", 0)), recipe)
+                run = run_identity(data, c)
                 if run in seen:
                     self.repeats[data.sweep_id] = self.repeats.get(data.sweep_id, 0) + 1
                     continue
@@ -281,44 +401,18 @@ class Planner:
         self.keys = sorted(self.configs, key=lambda k: (self.configs[k]["Bp"], self.configs[k]["n"]))
         self.reach = {key: max(reached(c, self.budget_of[c.key]) for c in self.curves if c.config == key)
                       for key in self.keys}
-        sampler = Resampler(self.curves, [self.metric])
-        self.noise = sampler.describe()
-        observed = sampler.draw(None)[self.metric]
-        self.base = base_value(observed)
-        self.fits: dict[str, F.SigmoidFit] = {}
-        self.unfitted: dict[str, str] = {}
-        for key, pairs in self._by_config(observed).items():
-            c, v = running_best_points(pairs)
-            why = why_unfittable(c, v, self.base)
-            fit = None if why else fit_points(c, v, self.base)
-            if fit is None:
-                self.unfitted[key] = why or "the fit failed"
-            else:
-                self.fits[key] = fit
+        fitted = fit_allocations(self.curves, [self.metric], self.keys, bootstrap=bootstrap, seed=seed)[self.metric]
+        self.noise = fitted.noise
+        self.base = fitted.base
+        self.fits: dict[str, F.SigmoidFit] = fitted.fits
+        self.unfitted: dict[str, str] = fitted.unfitted
         if not self.fits:
             raise ConfigError(f"no allocation of the sweeps {[d.sweep_id for d in sweeps]} could be fitted on "
                               f"{self.metric}: {self.unfitted}")
-        self.observed = observed
-        rng = np.random.default_rng(seed)
-        self.replicates: list[dict[str, F.SigmoidFit]] = []
-        for _ in range(bootstrap):
-            pairs = sampler.draw(rng)[self.metric]
-            rep_base = base_value(pairs)
-            rep = {}
-            for key, group in self._by_config(pairs).items():
-                if key not in self.fits or not group:
-                    continue
-                c, v = running_best_points(group)
-                if why_unfittable(c, v, rep_base) is None and (fit := fit_points(c, v, rep_base, start=self.fits[key])):
-                    rep[key] = fit
-            self.replicates.append(rep)
+        self.groups: dict[str, Pairs] = fitted.groups
+        """The observed evaluations by allocation."""
+        self.replicates: tuple[dict[str, F.SigmoidFit], ...] = fitted.replicates
         self.data_C = max(self.reach.values())
-
-    def _by_config(self, pairs: list[tuple[Curve, np.ndarray]]) -> dict[str, list[tuple[Curve, np.ndarray]]]:
-        out: dict[str, list] = {key: [] for key in self.keys}
-        for curve, values in pairs:
-            out[curve.config].append((curve, values))
-        return out
 
     # ----------------------------------------------------------------------------- at a C
 
@@ -366,18 +460,17 @@ class Planner:
             lead_low, lead_high = ((float(q) for q in np.quantile(diff, [0.05, 0.95])) if len(diff) and i != w
                                    else (math.nan, math.nan))
             cfg = self.configs[k]
-            contenders.append({
-                "config": k, "n": cfg["n"], "Bp": cfg["Bp"], "M": int(C // (cfg["n"] * cfg["Bp"])),
-                "value": float(full[i]), "low": low, "high": high, "p_best": float(p_best[i]),
-                "lead": float(full[w] - full[i]), "lead_low": lead_low, "lead_high": lead_high,
-                "within_noise": bool(i == w or p_best[i] >= P_BEST_FLOOR or (not math.isnan(lead_low) and lead_low <= 0)),
-                "extrapolated": bool(self.reach[k] * 1.0001 < C), "reach": self.reach[k],
-                "not_identified": F.identification(self.fits[k], self.reach[k]),
-            })
-        contenders.sort(key=lambda c: -c["value"])
-        top = next(c for c in contenders if c["config"] == keys[w])
-        rec = Recommendation(C=float(C), metric=self.metric, config=keys[w], n=top["n"], Bp=top["Bp"], M=top["M"],
-                             value=top["value"], low=top["low"], high=top["high"], p_best=top["p_best"],
+            contenders.append(Contender(
+                config=k, n=cfg["n"], Bp=cfg["Bp"], M=int(C // (cfg["n"] * cfg["Bp"])), value=float(full[i]), low=low,
+                high=high, p_best=float(p_best[i]), lead=float(full[w] - full[i]), lead_low=lead_low,
+                lead_high=lead_high,
+                within_noise=bool(i == w or p_best[i] >= P_BEST_FLOOR or (not math.isnan(lead_low) and lead_low <= 0)),
+                extrapolated=bool(self.reach[k] * 1.0001 < C), reach=self.reach[k],
+                not_identified=tuple(F.identification(self.fits[k], self.reach[k]))))
+        contenders.sort(key=lambda c: -c.value)
+        top = next(c for c in contenders if c.config == keys[w])
+        rec = Recommendation(C=float(C), metric=self.metric, config=keys[w], n=top.n, Bp=top.Bp, M=top.M,
+                             value=top.value, low=top.low, high=top.high, p_best=top.p_best,
                              extrapolated=extrapolated, contenders=contenders, data_C=self.data_C,
                              replicates=len(self.replicates), noise=self.noise, sources=self.sources())
         rec.trend = self.trend(C)
@@ -385,28 +478,27 @@ class Planner:
         rec.flags, rec.warnings = [f for f, _ in found], [w for _, w in found]
         return rec
 
-    def sources(self) -> list[dict]:
-        """The sweeps pooled: id, budget, trials kept, repeats left out, seeds, configs, the compute they reach."""
+    def sources(self) -> list[Source]:
+        """The sweeps pooled."""
         out = []
         for data in self.sweeps:
             mine = [c for c in self.curves if c.key.startswith(f"{data.sweep_id}/")]
-            out.append({"sweep_id": data.sweep_id, "budget": data.budget, "trials": len(mine),
-                        "repeats_left_out": self.repeats.get(data.sweep_id, 0),
-                        "seeds": sorted({int(c.fields.get("seed", 0)) for c in mine}),
-                        "configs": sorted({c.config for c in mine}),
-                        "reach": max((reached(c, data.budget) for c in mine), default=0.0)})
+            out.append(Source(data.sweep_id, data.budget, len(mine), self.repeats.get(data.sweep_id, 0),
+                              tuple(sorted({int(c.fields.get("seed", 0)) for c in mine})),
+                              tuple(sorted({c.config for c in mine})),
+                              max((reached(c, data.budget) for c in mine), default=0.0)))
         return out
 
     # ----------------------------------------------------------------------------- across budgets
 
-    def trend(self, C: float) -> dict:
+    def trend(self, C: float) -> PlanTrend:
         """n*(C) and Bp*(C) as straight lines of ``log2 n*`` and ``log2 Bp*`` in ``log10 C`` over the data
         (the winner on a log grid of C), with the replicates' spread, and what they give at ``C``."""
         low_c = min(float(c.compute[c.compute > 0].min()) for c in self.curves if np.any(c.compute > 0))
         grid = np.geomspace(low_c, self.data_C, TREND_GRID)
         x = np.log10(grid)
-        out = {"C_from": float(grid[0]), "C_to": float(grid[-1])}
         winners = {r: [self.winner_at(float(c), r) for c in grid] for r in [None, *range(len(self.replicates))]}
+        lines = {}
         for name in ("n", "Bp"):
             def line(replicate: int | None) -> tuple[float, float] | None:
                 pts = [(xi, math.log2(self.configs[w][name])) for xi, w in zip(x, winners[replicate]) if w is not None]
@@ -421,14 +513,11 @@ class Planner:
             reps = [r for r in (line(i) for i in range(len(self.replicates))) if r is not None]
             slopes = np.array([r[0] for r in reps]) if reps else np.array([observed[0]])
             at = np.array([r[1] for r in reps]) if reps else np.array([observed[1]])
-            studied = sorted({cfg[name] for cfg in self.configs.values()})
-            out[name] = {
-                "slope_per_decade": observed[0], "slope_low": float(np.quantile(slopes, 0.05)),
-                "slope_high": float(np.quantile(slopes, 0.95)),
-                "at_C": 2.0 ** observed[1], "at_C_low": 2.0 ** float(np.quantile(at, 0.05)),
-                "at_C_high": 2.0 ** float(np.quantile(at, 0.95)), "studied": studied,
-            }
-        return out
+            lines[name] = AllocationLine(observed[0], float(np.quantile(slopes, 0.05)), float(np.quantile(slopes, 0.95)),
+                                         2.0 ** observed[1], 2.0 ** float(np.quantile(at, 0.05)),
+                                         2.0 ** float(np.quantile(at, 0.95)),
+                                         tuple(sorted({cfg[name] for cfg in self.configs.values()})))
+        return PlanTrend(float(grid[0]), float(grid[-1]), **lines)
 
     # ----------------------------------------------------------------------------- warnings
 
@@ -449,16 +538,16 @@ class Planner:
                         f"the largest compute studied ({self.data_C:,.0f}); beyond {EXTRAPOLATION_SPAN:g}x no fit here "
                         "has been checked against data: read the allocation as a direction, and run the next budget "
                         "(at most 4x) first"))
-        left = [k for k in self.keys if k in self.fits and k not in {c["config"] for c in rec.contenders}]
+        left = [k for k in self.keys if k in self.fits and k not in {c.config for c in rec.contenders}]
         if left:
             out.append(("not every allocation reaches C", f"{len(left)} allocation(s) were studied only below C = "
                         f"{rec.C:,.0f} and did not compete: " + ", ".join(f"{k} (to {self.reach[k]:,.0f})" for k in left)
                         + "; run them at this budget to compare them"))
-        likelier = [c for c in rec.contenders if c["p_best"] > rec.p_best]
+        likelier = [c for c in rec.contenders if c.p_best > rec.p_best]
         if likelier:
-            top = max(likelier, key=lambda c: c["p_best"])
-            out.append(("a tie: another wins more replicates", f"{top['config']} wins more bootstrap replicates "
-                        f"(P(best) {top['p_best']:.2f}) than the recommendation ({rec.p_best:.2f}), whose fitted value "
+            top = max(likelier, key=lambda c: c.p_best)
+            out.append(("a tie: another wins more replicates", f"{top.config} wins more bootstrap replicates "
+                        f"(P(best) {top.p_best:.2f}) than the recommendation ({rec.p_best:.2f}), whose fitted value "
                         "is the higher: the two are a tie at this noise; more seeds at C would separate them"))
         if self.unfitted:
             out.append(("allocations without a fit", "no curve could be fitted for " + "; ".join(
@@ -473,12 +562,12 @@ class Planner:
                 side, way = ("smallest", "smaller") if cfg[name] == studied[0] else ("largest", "larger")
                 out.append((f"{name}* at grid edge", f"{name}* = {cfg[name]} is the {side} {name} studied at {other} = "
                             f"{cfg[other]} ({studied}): the best {name} may be {way}; extend the grid to {way} {name}"))
-        trend_n = rec.trend.get("n")
+        trend_n = rec.trend.n if rec.trend else None
         if rec.extrapolated and trend_n:
-            studied = trend_n["studied"]
-            if trend_n["at_C_low"] > studied[-1] or trend_n["at_C_high"] < studied[0]:
+            studied = list(trend_n.studied)
+            if trend_n.at_C_low > studied[-1] or trend_n.at_C_high < studied[0]:
                 out.append(("n* trend leaves the grid", f"the trend of n*(C) over the data gives n* ~ "
-                            f"{trend_n['at_C']:.3g} at C (90% [{trend_n['at_C_low']:.3g}, {trend_n['at_C_high']:.3g}]), "
+                            f"{trend_n.at_C:.3g} at C (90% [{trend_n.at_C_low:.3g}, {trend_n.at_C_high:.3g}]), "
                             f"outside the n studied ({studied}): extend the grid"))
         why = F.identification(self.fits[rec.config], self.reach[rec.config])
         if why:
@@ -505,9 +594,8 @@ class Planner:
         tests = []
         for key in self.keys:
             by_sweep: dict[str, list[tuple[Curve, np.ndarray]]] = {}
-            for curve, values in self.observed:
-                if curve.config == key:
-                    by_sweep.setdefault(curve.key.split("/")[0], []).append((curve, values))
+            for curve, values in self.groups[key]:
+                by_sweep.setdefault(curve.key.split("/")[0], []).append((curve, values))
             if len(by_sweep) < 2 or sum(len(v) for v in by_sweep.values()) <= len(by_sweep):
                 continue
             common = min(max(float(c.compute.max()) for c, _ in pairs) for pairs in by_sweep.values())
@@ -578,10 +666,10 @@ def suggestion(planner: Planner, rec: Recommendation) -> tuple[dict, str]:
     seeds of the winner and the runner-up, the cheapest check of the call.
     """
     cfg = planner.configs[rec.config]
-    contenders = [c for c in rec.contenders if c["within_noise"]] or rec.contenders[:1]
+    contenders = [c for c in rec.contenders if c.within_noise] or rec.contenders[:1]
     if len(contenders) == 1 and len(rec.contenders) > 1:
         contenders = rec.contenders[:2]
-    used_seeds = sorted({s for src in rec.sources for s in src["seeds"]})
+    used_seeds = sorted({s for src in rec.sources for s in src.seeds})
     next_seeds = [max(used_seeds, default=-1) + 1 + i for i in range(2)]
     budget = int(rec.C) if rec.C <= EXTRAPOLATION_SPAN * planner.data_C else nice(EXTRAPOLATION_SPAN * planner.data_C)
     studied_n = sorted({c["n"] for c in planner.configs.values() if c["Bp"] == cfg["Bp"]})
@@ -595,17 +683,17 @@ def suggestion(planner: Planner, rec: Recommendation) -> tuple[dict, str]:
         seeds, why = [0, 1], (f"n* = {cfg['n']} is the smallest n studied at Bp = {cfg['Bp']}: the grid extended to "
                               f"n = {smaller[0]} at C = {budget:,}")
     elif rec.extrapolated:
-        grid = {"n": sorted({c["n"] for c in contenders}), "Bp": sorted({c["Bp"] for c in contenders})}
+        grid = {"n": sorted({c.n for c in contenders}), "Bp": sorted({c.Bp for c in contenders})}
         seeds, why = [0, 1], (f"C is beyond the data ({planner.data_C:,.0f}): the {len(contenders)} contenders within "
                               f"noise measured at C = {budget:,}" + (" (4x the data, the next step toward C)"
                                                                       if budget < rec.C else ""))
     else:
-        grid = {"n": sorted({c["n"] for c in contenders}), "Bp": sorted({c["Bp"] for c in contenders})}
+        grid = {"n": sorted({c.n for c in contenders}), "Bp": sorted({c.Bp for c in contenders})}
         seeds = next_seeds
         why = (f"the call at C = {budget:,} is "
-               + ("a tie" if len([c for c in rec.contenders if c["within_noise"]]) > 1 else f"settled (P(best) "
+               + ("a tie" if len([c for c in rec.contenders if c.within_noise]) > 1 else f"settled (P(best) "
                                                                                              f"{rec.p_best:.2f})")
-               + f": seeds {next_seeds} of {', '.join(c['config'] for c in contenders)} to shrink its interval")
+               + f": seeds {next_seeds} of {', '.join(c.config for c in contenders)} to shrink its interval")
     source = max(planner.sweeps, key=lambda d: d.budget)
     sp = source.sweep_params
     settings = {key[len("spec.set."):]: _value(value) for key, value in sp.items() if key.startswith("spec.set.")}
@@ -663,9 +751,9 @@ def text(rec: Recommendation) -> str:
     if close:
         lines.append("  within noise of it:")
         for c in close:
-            lines.append(f"    n = {c['n']}, Bp = {c['Bp']} (M = {c['M']:,}): {_f(c['value'])} [{_f(c['low'])}, "
-                         f"{_f(c['high'])}], P(best) {_f(c['p_best'], 2)}, behind by {_f(c['lead'])} "
-                         f"[{_f(c['lead_low'])}, {_f(c['lead_high'])}]")
+            lines.append(f"    n = {c.n}, Bp = {c.Bp} (M = {c.M:,}): {_f(c.value)} [{_f(c.low)}, "
+                         f"{_f(c.high)}], P(best) {_f(c.p_best, 2)}, behind by {_f(c.lead)} "
+                         f"[{_f(c.lead_low)}, {_f(c.lead_high)}]")
     else:
         lines.append("  no other allocation is within noise of it")
     lines.append("")
@@ -673,20 +761,19 @@ def text(rec: Recommendation) -> str:
     header = f"    {'config':<12} {'M':>8} {'value':>7} {'90% interval':>17} {'P(best)':>8}  data reach"
     lines.append(header)
     for c in rec.contenders:
-        lines.append(f"    {c['config']:<12} {c['M']:>8,} {_f(c['value']):>7} [{_f(c['low'])}, {_f(c['high'])}]"
-                     f"{_f(c['p_best'], 2):>9}  {c['reach']:,.0f}" + ("  (fit not identified)" if c["not_identified"]
+        lines.append(f"    {c.config:<12} {c.M:>8,} {_f(c.value):>7} [{_f(c.low)}, {_f(c.high)}]"
+                     f"{_f(c.p_best, 2):>9}  {c.reach:,.0f}" + ("  (fit not identified)" if c.not_identified
                                                                         else ""))
-    for name in ("n", "Bp"):
-        t = rec.trend.get(name)
+    for name, t in (("n", rec.trend.n), ("Bp", rec.trend.Bp)) if rec.trend else ():
         if t:
-            lines.append(f"  {name}*(C) trend over C = {rec.trend['C_from']:,.0f} .. {rec.trend['C_to']:,.0f}: "
-                         f"{t['slope_per_decade']:+.2f} doublings per decade of C (90% [{t['slope_low']:+.2f}, "
-                         f"{t['slope_high']:+.2f}]); at C: {name}* ~ {t['at_C']:.3g} [{t['at_C_low']:.3g}, "
-                         f"{t['at_C_high']:.3g}] (studied {t['studied']})")
+            lines.append(f"  {name}*(C) trend over C = {rec.trend.C_from:,.0f} .. {rec.trend.C_to:,.0f}: "
+                         f"{t.slope_per_decade:+.2f} doublings per decade of C (90% [{t.slope_low:+.2f}, "
+                         f"{t.slope_high:+.2f}]); at C: {name}* ~ {t.at_C:.3g} [{t.at_C_low:.3g}, "
+                         f"{t.at_C_high:.3g}] (studied {list(t.studied)})")
     lines.append("")
     lines.append("  rests on: " + "; ".join(
-        f"{s['sweep_id']} (C = {s['budget']:,}, {s['trials']} trials, seeds {s['seeds']}"
-        + (f"; {s['repeats_left_out']} repeat(s) of another sweep's trial left out" if s.get("repeats_left_out") else "")
+        f"{s.sweep_id} (C = {s.budget:,}, {s.trials} trials, seeds {list(s.seeds)}"
+        + (f"; {s.repeats_left_out} repeat(s) of another sweep's trial left out" if s.repeats_left_out else "")
         + ")" for s in rec.sources))
     if rec.warnings:
         lines.append("")
@@ -699,17 +786,20 @@ def plot(rec: Recommendation) -> bytes:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 0.45 * len(rec.contenders) + 1.6))
     for i, c in enumerate(reversed(rec.contenders)):
-        low, high = c["low"], c["high"]
+        low, high = c.low, c.high
         if not math.isnan(low):
-            ax.plot([low, high], [i, i], color="tab:blue" if c["within_noise"] else "0.6", lw=2)
-        ax.plot(c["value"], i, "o", color="tab:blue" if c["within_noise"] else "0.6",
-                mfc="tab:blue" if c["config"] == rec.config else "white")
+            ax.plot([low, high], [i, i], color="tab:blue" if c.within_noise else "0.6", lw=2)
+        ax.plot(c.value, i, "o", color="tab:blue" if c.within_noise else "0.6",
+                mfc="tab:blue" if c.config == rec.config else "white")
     ax.set_yticks(range(len(rec.contenders)))
-    ax.set_yticklabels([f"{c['config']} (M={c['M']:,})" for c in reversed(rec.contenders)])
+    ax.set_yticklabels([f"{c.config} (M={c.M:,})" for c in reversed(rec.contenders)])
     ax.set_xlabel(f"predicted {rec.metric} at C = {rec.C:,.0f}" + (" (extrapolated)" if rec.extrapolated else ""))
     ax.set_title(f"recommend: {rec.config}, P(best) {rec.p_best:.2f}; blue: within noise")
     fig.tight_layout()
-    return png(fig)
+    try:
+        return png(fig)
+    finally:
+        plt.close(fig)
 
 
 # --------------------------------------------------------------------------------- checks
@@ -752,7 +842,7 @@ def metric_name(curves: list[Curve], metric: str) -> str:
 
 
 def leave_one_budget_out(sweeps: list[SweepData], metric: str = "mean", *, fraction: float = 0.25,
-                         bootstrap: int = 100) -> dict:
+                         bootstrap: int = 100) -> BudgetCheck:
     """Recommend at the largest budget studied from the data at ``C <= fraction * C_max`` only, and compare
     with what was observed at C_max: the recommendation, its interval, the observed best, and whether the
     recommended allocation's observed value is within its interval and within noise of the observed best.
@@ -768,10 +858,9 @@ def leave_one_budget_out(sweeps: list[SweepData], metric: str = "mean", *, fract
     rec = planner.at(c_max)
     best = max(seen, key=seen.get) if seen else None
     got = seen.get(rec.config, math.nan)
-    return {"C_max": c_max, "from_C": fraction * c_max, "recommended": rec.config, "predicted": rec.value,
-            "low": rec.low, "high": rec.high, "p_best": rec.p_best, "observed_best": best,
-            "observed_best_value": seen.get(best, math.nan), "observed_recommended": got,
-            "hit": rec.config == best, "covered": bool(rec.low <= got <= rec.high) if not math.isnan(got) else None,
-            "shortfall": (seen[best] - got) if best and not math.isnan(got) else math.nan,
-            "within_noise": [c["config"] for c in rec.contenders if c["within_noise"]], "warnings": rec.warnings,
-            "observed": seen, "candidates": sorted(seen)}
+    return BudgetCheck(c_max, fraction * c_max, rec.config, rec.value, rec.low, rec.high, rec.p_best, best,
+                       seen.get(best, math.nan), got, rec.config == best,
+                       bool(rec.low <= got <= rec.high) if not math.isnan(got) else None,
+                       (seen[best] - got) if best and not math.isnan(got) else math.nan,
+                       tuple(c.config for c in rec.contenders if c.within_noise), tuple(rec.warnings), seen,
+                       tuple(sorted(seen)))

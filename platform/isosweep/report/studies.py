@@ -1,12 +1,11 @@
 """The study report: each claim of the papers behind isosweep, tested on the studies in ``dashboards/``.
 
-Input is what ``make sweep`` (or ``isosweep frontier <id> --dashboards ...``) writes per study: a
-folder with ``fits.json``, the frontier analysis of :mod:`isosweep.report.analysis`. Only
-analyses of the current method (each seed's running best, ``R0`` fixed, paired bootstrap: their
-JSON carries ``seeds`` and per-metric ``n_trend``) give verdicts; folders from the earlier method
-are listed as such and not used. The AIS comparison (``ais-study/table.csv``), the learning-rate
-pilot (``calibration/summary.md``) and the synthetic validation of the statistics
-(``methods/validation.json``) are read where present.
+Input is what ``make sweep`` (or ``isosweep frontier <id> --dashboards ...``) writes per study: a folder with
+``fits.json``, read as a :class:`~isosweep.report.schema.SavedAnalysis` (an older version is converted on
+reading; another method's is refused: :mod:`isosweep.report.schema`), and the ``curves.json`` the planner pools.
+The AIS comparison (``ais-study/table.csv``, ``ais-ladder/vs_bf16.csv``), the learning-rate pilot
+(``calibration/summary.md``) and the synthetic validation of the statistics (``methods/validation.json``) are
+read where present.
 
 Each claim gets the test, the numbers with their intervals and a verdict:
 
@@ -14,7 +13,7 @@ Each claim gets the test, the numbers with their intervals and a verdict:
   excludes the alternative; a tie decides nothing);
 - **not resolvable at this scale**: ties, a grid edge, one seed, no study: with what it would take.
 
-    isosweep report --dashboards dashboards     # -> dashboards/REPORT.md
+    isosweep report --dashboards dashboards     # -> dashboards/REPORT.md and report.html
 """
 
 from __future__ import annotations
@@ -22,14 +21,15 @@ from __future__ import annotations
 import csv
 import html
 import json
-import math
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from markdown_it import MarkdownIt
+
 from isosweep.report import analysis as A
 from isosweep.report import planner as P
+from isosweep.report.schema import DecisionHoldout, FrontierRow, SavedAnalysis, SavedMetric, read_analysis
 from isosweep.report.tables import fmt
 from isosweep.track.curves import SweepData
 
@@ -37,55 +37,69 @@ SUPPORTED, CONTRADICTED, UNRESOLVED, UNTESTED = ("supported", "contradicted", "n
                                                  "not tested")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Study:
-    folder: str
-    data: dict
+    """A study folder of ``dashboards/`` and its saved analysis."""
 
-    @property
-    def current(self) -> bool:
-        """Analysed with the current method (the only ones a verdict may rest on)."""
-        return "seeds" in self.data and all("n_trend" in m for m in self.data["metrics"].values())
+    folder: str
+    analysis: SavedAnalysis
 
     @property
     def difficulty(self) -> str:
-        return self.data.get("difficulty") or ("hard" if "hard" in self.data["title"] else
-                                               "easy" if "easy" in self.data["title"] else "?")
+        a = self.analysis
+        return a.difficulty or ("hard" if "hard" in a.title else "easy" if "easy" in a.title else "?")
 
-    def metric(self, family: str) -> tuple[str, dict] | None:
-        """The ``(name, analysis)`` of ``mean``/``best``/``worst`` at this study's k, if present."""
-        for name, m in self.data["metrics"].items():
-            if name.split("@")[0] == family:
-                return name, m
-        return None
+    @property
+    def primary(self) -> SavedMetric:
+        return self.analysis.metrics[self.analysis.primary]
 
     def label(self) -> str:
-        seeds = self.data.get("seeds", [])
-        pooled = self.data.get("pooled_from", [])
-        noise = self.data.get("eval") or {}
-        evals = (f"; eval {noise['problems']} problems x {noise['samples']} samples, one evaluation's sampling se "
-                 f"{noise['sampling_se_mean']['median']:.4f}" if noise.get("problems") else "")
-        return (f"`{self.folder}` ({self.difficulty}, C = {self.data['budget']:,}, {len(self.data['configs'])} configs, "
-                f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''}"
-                + (f"; sweeps {', '.join(f'`{p}`' for p in pooled)} pooled" if len(pooled) > 1 else "") + evals + ")")
+        a = self.analysis
+        noise = a.eval
+        evals = (f"; eval {noise.problems} problems x {noise.samples} samples, one evaluation's sampling se "
+                 f"{noise.se_median:.4f}" if noise and noise.problems else "")
+        return (f"`{self.folder}` ({self.difficulty}, C = {a.budget:,}, {len(a.configs)} configs, "
+                f"{len(a.seeds)} seed{'s' if len(a.seeds) != 1 else ''}"
+                + (f"; sweeps {', '.join(f'`{p}`' for p in a.pooled_from)} pooled" if len(a.pooled_from) > 1 else "")
+                + evals + ")")
+
+
+@dataclass(frozen=True)
+class SetCount:
+    """A claim's tests on one set of problems (easy, hard): how many decided, how many of those hit, and how many
+    were tried in all (ties included)."""
+
+    decided: int
+    hits: int
+    tried: int
 
 
 @dataclass
 class Claim:
+    """A claim of the papers, its test, the verdict with the evidence it rests on, and what it would take to
+    decide it where it is not decided."""
+
     title: str
     test: str
     verdict: str = UNTESTED
     evidence: list[str] = field(default_factory=list)
     needs: str = ""
+    by_set: dict[str, SetCount] = field(default_factory=dict)
+    """The tests that decide, per set of problems (the hold-out claim)."""
+
+
+def read_studies(dashboards: Path) -> list[Study]:
+    """Every ``<folder>/fits.json`` directly under ``dashboards``, sorted by folder name."""
+    return [Study(path.parent.name, read_analysis(path)) for path in sorted(dashboards.glob("*/fits.json"))]
 
 
 def load_studies(dashboards: Path) -> list[Study]:
-    """Every ``<folder>/fits.json`` under ``dashboards`` (sorted by folder name), less the folders of sweeps that
-    a pooled analysis holds (its ``pooled_from``) and of studies whose every trial a larger study holds
-    (:func:`contained_studies`): their trials are in the other, and counted once."""
-    found = [Study(path.parent.name, json.loads(path.read_text())) for path in sorted(dashboards.glob("*/fits.json"))]
+    """:func:`read_studies`, less the folders of sweeps that a pooled analysis holds (its ``pooled_from``) and of
+    studies whose every trial a larger study holds (:func:`contained_studies`): their trials are in the other,
+    and counted once."""
+    found = read_studies(dashboards)
     pooled = pooled_sweeps(found)
-    kept = [s for s in found if s.data["title"] not in pooled]
+    kept = [s for s in found if s.analysis.title not in pooled]
     inside = contained_studies(kept)
     return [s for s in kept if s.folder not in inside]
 
@@ -95,32 +109,30 @@ def contained_studies(studies: list[Study]) -> dict[str, str]:
     seeds and eval shape, a grid that is a strict subset of the larger one's, and each shared config's records
     (every seed's running best at every evaluation, the primary metric) the same numbers -- trials are
     deterministic, so the same trial run in two sweeps is one observation, and counting both studies would
-    count it twice. Only current-method studies are compared."""
+    count it twice."""
     def shape(s: Study) -> tuple:
-        d = s.data
-        return (d["study"], d["budget"], s.difficulty, tuple(d.get("seeds", [])), d["primary"],
-                json.dumps({k: v for k, v in (d.get("eval") or {}).items() if k != "sampling_se_mean"}, sort_keys=True))
+        a = s.analysis
+        problems = (a.eval.problems, a.eval.samples) if a.eval else None
+        return a.study, a.budget, s.difficulty, a.seeds, a.primary, problems
 
     def holds(big: Study, small: Study) -> bool:
-        if shape(big) != shape(small) or not set(small.data["configs"]) < set(big.data["configs"]):
+        configs = small.analysis.configs
+        if shape(big) != shape(small) or not set(configs) < set(big.analysis.configs):
             return False
-        metric = small.data["primary"]
-        mine, theirs = small.data["metrics"][metric]["records"], big.data["metrics"][metric]["records"]
-        return all(small.data["configs"][c] == big.data["configs"][c] and mine.get(c) == theirs.get(c)
-                   for c in small.data["configs"])
+        mine, theirs = small.primary.records, big.primary.records
+        return all(configs[c] == big.analysis.configs[c] and mine.get(c) == theirs.get(c) for c in configs)
 
-    current = [s for s in studies if s.current]
     out = {}
-    for small in current:
-        bigger = [big for big in current if big is not small and holds(big, small)]
+    for small in studies:
+        bigger = [big for big in studies if big is not small and holds(big, small)]
         if bigger:
-            out[small.folder] = max(bigger, key=lambda b: len(b.data["configs"])).folder
+            out[small.folder] = max(bigger, key=lambda b: len(b.analysis.configs)).folder
     return out
 
 
 def pooled_sweeps(studies: list[Study]) -> dict[str, str]:
     """sweep id -> the folder whose pooled analysis holds it."""
-    return {sweep: s.folder for s in studies for sweep in s.data.get("pooled_from", []) if sweep != s.data["title"]}
+    return {sweep: s.folder for s in studies for sweep in s.analysis.pooled_from if sweep != s.analysis.title}
 
 
 def combine(verdicts: list[str]) -> str:
@@ -134,17 +146,17 @@ def combine(verdicts: list[str]) -> str:
 # --------------------------------------------------------------------------------- the claims
 
 
-def _winners(rows: list[dict]) -> list[dict]:
-    return [r for r in rows if r.get("config")]
-
-
-def _n_star_cell(row: dict) -> str:
+def _n_star_cell(row: FrontierRow) -> str:
     """One frontier row as the n* claim reads it: the tie, or n* with its P(best) and 90% set."""
-    if A.n_tied(row):
-        return f"tie {row['config']} ~ {row['runner_up']}" + (f" (n* 90% set {row['n_range']})"
-                                                              if len(row.get("n_range") or []) > 1 else "")
-    configs = f"; configs tie {row['config']} ~ {row['runner_up']}" if row.get("tie") else ""
-    return f"n* {row['n']} (P(best) {row['p_best']:.2f}, n* 90% set {row.get('n_range', [row['n']])}{configs})"
+    if row.n_tie:
+        return f"tie {row.config} ~ {row.runner_up}" + (f" (n* 90% set {list(row.n_range)})"
+                                                        if len(row.n_range) > 1 else "")
+    configs = f"; configs tie {row.config} ~ {row.runner_up}" if row.tie else ""
+    return f"n* {row.n} (P(best) {row.p_best:.2f}, n* 90% set {list(row.n_range)}{configs})"
+
+
+def _grid_n(study: Study) -> list[int]:
+    return sorted({c["n"] for c in study.analysis.configs.values()})
 
 
 def n_star_claim(studies: list[Study]) -> Claim:
@@ -156,24 +168,21 @@ def n_star_claim(studies: list[Study]) -> Claim:
                   "an untied n* at a smaller C; saturation = the analysis's own verdict (an interior, untied n* "
                   "over at least 4x in C)")
     verdicts = []
-    for study in (s for s in studies if s.current and s.data["study"] == "isocompute"):
-        name = study.data["primary"]
-        m = study.data["metrics"][name]
-        rows = _winners(m["frontier"])
-        grid_n = sorted({c["n"] for c in study.data["configs"].values()})
+    for study in (s for s in studies if s.analysis.study == "isocompute"):
+        name, m = study.analysis.primary, study.primary
+        rows = m.winners
+        grid_n = _grid_n(study)
         if len(grid_n) < 2:
             claim.evidence.append(f"{study.label()}: one n studied, so it ranks no n (not counted)")
             continue
-        untied = [r for r in rows if not A.n_tied(r) and r["n"] not in (grid_n[0], grid_n[-1])]
-        cells = ", ".join(f"C {r['C']:,.0f}: " + _n_star_cell(r) for r in rows)
-        claim.evidence.append(f"{study.label()}, {name}: {cells}. Verdict of the analysis: {m['verdict']}")
-        grows = any(b["n"] > a["n"] for i, a in enumerate(untied) for b in untied[i + 1:])
-        shrinks = any(b["n"] < a["n"] for i, a in enumerate(untied) for b in untied[i + 1:])
-        saturates = m.get("saturation_C") is not None and not (isinstance(m["saturation_C"], float)
-                                                              and math.isnan(m["saturation_C"]))
+        untied = [r for r in rows if not r.n_tie and r.n not in (grid_n[0], grid_n[-1])]
+        cells = ", ".join(f"C {r.C:,.0f}: " + _n_star_cell(r) for r in rows)
+        claim.evidence.append(f"{study.label()}, {name}: {cells}. Verdict of the analysis: {m.verdict}")
+        grows = any(b.n > a.n for i, a in enumerate(untied) for b in untied[i + 1:])
+        shrinks = any(b.n < a.n for i, a in enumerate(untied) for b in untied[i + 1:])
         if shrinks and not grows:
             verdicts.append(CONTRADICTED)
-        elif grows and not shrinks and saturates:
+        elif grows and not shrinks and m.saturates:
             verdicts.append(SUPPORTED)
         else:
             verdicts.append(UNRESOLVED)
@@ -192,33 +201,31 @@ def n_metric_claim(studies: list[Study]) -> Claim:
                   "at a fixed Bp, at the largest C the configs share, with its 90% bootstrap interval; grows / falls "
                   "only when the interval excludes 0")
     verdicts = []
-    for study in (s for s in studies if s.current and s.data["study"] == "isocompute"):
+    for study in (s for s in studies if s.analysis.study == "isocompute"):
         family = {"easy": "worst", "hard": "best"}.get(study.difficulty)
-        found = study.metric(family) if family else None
-        if found is None or len({c["n"] for c in study.data["configs"].values()}) < 2:
+        found = study.analysis.metric(family) if family else None
+        if found is None or len(_grid_n(study)) < 2:
             continue  # a single n has no trend in n
         name, m = found
-        t = m.get("n_trend") or {}
-        if not t:
+        t = m.n_trend
+        if t is None:
             claim.evidence.append(f"{study.label()}, {name}: no C where two n of one Bp have fits")
             verdicts.append(UNRESOLVED)
             continue
         context = []
         for other in ("mean", "best" if family == "worst" else "worst"):
-            o = study.metric(other)
-            if o and o[1].get("n_trend"):
-                ot = o[1]["n_trend"]
-                context.append(f"{o[0]} {ot['slope_per_doubling']:+.4f} [{fmt(ot['low'], '+.4f')}, "
-                               f"{fmt(ot['high'], '+.4f')}]")
-        fits = m.get("fits", {})
-        rising = sum(1 for f in fits.values() if f.get("not_identified"))
+            o = study.analysis.metric(other)
+            if o and o[1].n_trend:
+                ot = o[1].n_trend
+                context.append(f"{o[0]} {ot.slope_per_doubling:+.4f} [{fmt(ot.low, '+.4f')}, {fmt(ot.high, '+.4f')}]")
+        rising = sum(1 for f in m.fits.values() if f.not_identified)
         claim.evidence.append(
-            f"{study.label()}, {name} at C = {t['C']:,.0f}, n in {t['n']}: {t['slope_per_doubling']:+.4f} per doubling "
-            f"of n, 90% CI [{fmt(t['low'], '+.4f')}, {fmt(t['high'], '+.4f')}] ({t['direction']})"
+            f"{study.label()}, {name} at C = {t.C:,.0f}, n in {list(t.n)}: {t.slope_per_doubling:+.4f} per doubling "
+            f"of n, 90% CI [{fmt(t.low, '+.4f')}, {fmt(t.high, '+.4f')}] ({t.direction})"
             + (f"; for comparison {', '.join(context)}" if context else "")
-            + (f". {rising} of {len(fits)} fits are not identified (curves still rising at the budget): this is what n "
-               "buys at this C, not at the plateau" if rising else ""))
-        verdicts.append({"grows": SUPPORTED, "falls": CONTRADICTED}.get(t["direction"], UNRESOLVED))
+            + (f". {rising} of {len(m.fits)} fits are not identified (curves still rising at the budget): this is what "
+               "n buys at this C, not at the plateau" if rising else ""))
+        verdicts.append({"grows": SUPPORTED, "falls": CONTRADICTED}.get(t.direction, UNRESOLVED))
     claim.verdict = combine(verdicts)
     if claim.verdict != SUPPORTED:
         claim.needs = ("an iso-compute study on each difficulty with intervals narrow enough to separate the slope "
@@ -234,35 +241,36 @@ def fixed_batch_claim(studies: list[Study]) -> Claim:
                   "of the table: supported when n* grows between them, contradicted when one untied winner holds "
                   "at both ends or n* falls and the last winner's curve has bent (its fit identified)")
     verdicts, rising = [], []
-    for study in (s for s in studies if s.current and s.data["study"] == "fixed-batch"):
-        name = study.data["primary"]
-        m = study.data["metrics"][name]
-        rows = _winners(m["frontier"])
+    for study in (s for s in studies if s.analysis.study == "fixed-batch"):
+        name, m = study.analysis.primary, study.primary
+        rows = m.winners
         if not rows:
             continue
         first, last = rows[0], rows[-1]
-        cells = "; ".join(f"C {r['C']:,.0f}: " + (f"tie {r['config']} ~ {r['runner_up']}" if r["tie"] else
-                                                   f"{r['config']} (P(best) {r['p_best']:.2f})")
-                          + (f", n* 90% set {{{', '.join(map(str, r['n_range']))}}}" if r.get("n_range") else "") for r in (first, last))
-        fits = m.get("fits", {})
-        rising_configs = sorted(c for c in fits if fits[c].get("not_identified"))
-        unbent = sorted(fits[c]["params"]["C_mid"] for c in rising_configs)
+        cells = "; ".join(f"C {r.C:,.0f}: " + (f"tie {r.config} ~ {r.runner_up}" if r.tie else
+                                                f"{r.config} (P(best) {r.p_best:.2f})")
+                          + (f", n* 90% set {{{', '.join(map(str, r.n_range))}}}" if r.n_range else "")
+                          for r in (first, last))
+        fits = m.fits
+        rising_configs = sorted(c for c in fits if fits[c].not_identified)
+        unbent = sorted(fits[c].params["C_mid"] for c in rising_configs)
+        budget = study.analysis.budget
         bend = (f". {len(unbent)} of {len(fits)} {name} fits not identified (curves still rising at C = "
-                f"{study.data['budget']:,}, fitted C_mid up to {unbent[-1]:,.0f}): the largest C here is not past their "
-                "bend" if unbent else f". Every {name} fit identified: the curves have bent by C = {study.data['budget']:,}")
+                f"{budget:,}, fitted C_mid up to {unbent[-1]:,.0f}): the largest C here is not past their "
+                "bend" if unbent else f". Every {name} fit identified: the curves have bent by C = {budget:,}")
         if unbent and len(unbent) < len(fits):
             rest = len(fits) - len(unbent)
             bend += f" ({', '.join(rising_configs)}); " + ("the other one has bent" if rest == 1 else f"the other {rest} have bent")
         if unbent:
             rising.append((study, unbent[-1], rising_configs, len(fits)))
         claim.evidence.append(f"{study.label()}, {name}: {cells}{bend}")
-        if first["tie"] or last["tie"]:
+        if first.tie or last.tie:
             verdicts.append(UNRESOLVED)
-        elif last["n"] > first["n"]:
+        elif last.n > first.n:
             verdicts.append(SUPPORTED)
-        elif fits.get(last["config"], {}).get("not_identified", ["no fit"]):
+        elif last.config not in fits or fits[last.config].not_identified:
             # the claim is about large C: a winner that still holds while its own curve rises is not past it
-            claim.evidence[-1] += (f"; {last['config']} leads at both ends, but its fit is not identified, so the "
+            claim.evidence[-1] += (f"; {last.config} leads at both ends, but its fit is not identified, so the "
                                    "largest C is not the large C of the claim: this decides nothing")
             verdicts.append(UNRESOLVED)
         else:
@@ -271,9 +279,9 @@ def fixed_batch_claim(studies: list[Study]) -> Claim:
     if claim.verdict != SUPPORTED:
         where = ""
         if rising:
-            last, c_mid, configs, fitted = max(rising, key=lambda r: r[0].data["budget"])
+            last, c_mid, configs, fitted = max(rising, key=lambda r: r[0].analysis.budget)
             which = "they had not" if len(configs) == fitted else f"{len(configs)} of {fitted} had not ({', '.join(configs)})"
-            where = f" (at C = {last.data['budget']:,}, `{last.folder}`, {which}: fitted C_mid up to {c_mid:,.0f})"
+            where = f" (at C = {last.analysis.budget:,}, `{last.folder}`, {which}: fitted C_mid up to {c_mid:,.0f})"
         claim.needs = ("a fixed-batch study with >= 2 seeds at a budget where the primary metric's curves have bent"
                        + where
                        + ", and untied winners at both ends of the table (more seeds or eval problems where the leaders "
@@ -285,6 +293,18 @@ LADDER = ("bf16", "fp8", "int8", "int6", "int4", "int3", "int2")
 """Rollout precisions from the mildest error to the largest."""
 LOSS_SE = 2.0
 """A difference counts when it is beyond this many standard errors, in the pooled mean and in every seed."""
+
+
+@dataclass(frozen=True)
+class LadderDiff:
+    """A row of ``ais-ladder/vs_bf16.csv``: an arm's final mean@k minus bf16's on one set, for one seed (or
+    ``all``: pooled over seeds), with its standard error from eval noise."""
+
+    set: str
+    arm: str
+    seed: str
+    diff: float
+    se: float
 
 
 def ais_claim(dashboards: Path) -> Claim:
@@ -317,25 +337,25 @@ def ais_claim(dashboards: Path) -> Claim:
                        "mildest precision that loses")
         return claim
     with open(ladder) as f:
-        diffs = [{**r, "diff": float(r["diff"]), "se": float(r["se"])} for r in csv.DictReader(f)]
+        diffs = [LadderDiff(r["set"], r["arm"], r["seed"], float(r["diff"]), float(r["se"])) for r in csv.DictReader(f)]
     verdicts = {}
-    for s in sorted({d["set"] for d in diffs}):
-        def result(arm: str) -> tuple[dict | None, list[dict]]:
-            rows = [d for d in diffs if d["set"] == s and d["arm"] == arm]
-            return next((d for d in rows if d["seed"] == "all"), None), [d for d in rows if d["seed"] != "all"]
+    for s in sorted({d.set for d in diffs}):
+        def result(arm: str) -> tuple[LadderDiff | None, list[LadderDiff]]:
+            rows = [d for d in diffs if d.set == s and d.arm == arm]
+            return next((d for d in rows if d.seed == "all"), None), [d for d in rows if d.seed != "all"]
 
         def loses(arm: str) -> bool | None:
             pooled, seeds = result(arm)
             if pooled is None:
                 return None
-            return pooled["diff"] < -LOSS_SE * pooled["se"] and all(d["diff"] < 0 for d in seeds)
+            return pooled.diff < -LOSS_SE * pooled.se and all(d.diff < 0 for d in seeds)
 
         shown = []
-        for arm in dict.fromkeys(d["arm"] for d in diffs if d["set"] == s):
+        for arm in dict.fromkeys(d.arm for d in diffs if d.set == s):
             pooled, seeds = result(arm)
             if pooled is not None:
-                shown.append(f"{arm} {pooled['diff']:+.3f} ± {pooled['se']:.3f} (seeds "
-                             + ", ".join(f"{d['diff']:+.3f}" for d in seeds) + ")")
+                shown.append(f"{arm} {pooled.diff:+.3f} ± {pooled.se:.3f} (seeds "
+                             + ", ".join(f"{d.diff:+.3f}" for d in seeds) + ")")
         claim.evidence.append(f"ais-ladder, {s}, final mean@k minus bf16: " + "; ".join(shown))
         naive = [p for p in LADDER[1:] if loses(p) or loses(f"{p}+none")]
         if not naive:
@@ -348,14 +368,14 @@ def ais_claim(dashboards: Path) -> Claim:
             claim.evidence.append(f"ais-ladder, {s}: naive training first loses at {level}; no {level}+ais arm yet")
             verdicts[s] = UNRESOLVED
             continue
-        ratio = ais["diff"] / ais["se"] if ais["se"] > 0 else 0.0
+        ratio = ais.diff / ais.se if ais.se > 0 else 0.0
         outcome = (CONTRADICTED, "AIS loses too") if loses(f"{level}+ais") else \
             (SUPPORTED, "AIS matches bf16 (a tie)") if ratio >= -1.0 else \
             (UNRESOLVED, "AIS between a tie with bf16 and a loss: more seeds would decide")
         tis = result(f"{level}+tis")[0]
         claim.evidence.append(f"ais-ladder, {s}: naive training first loses at {level}; {level}+ais - bf16 = "
-                              f"{ais['diff']:+.3f} ± {ais['se']:.3f} ({ratio:+.2f} se): {outcome[1]}"
-                              + (f"; for comparison {level}+tis - bf16 = {tis['diff']:+.3f} ± {tis['se']:.3f}"
+                              f"{ais.diff:+.3f} ± {ais.se:.3f} ({ratio:+.2f} se): {outcome[1]}"
+                              + (f"; for comparison {level}+tis - bf16 = {tis.diff:+.3f} ± {tis.se:.3f}"
                                  if tis is not None else ""))
         verdicts[s] = outcome[0]
     claim.verdict = combine(list(verdicts.values())) if verdicts else UNRESOLVED
@@ -368,49 +388,40 @@ def ais_claim(dashboards: Path) -> Claim:
         claim.needs = (f"for the verdict to hold on every set: more seeds on the {', '.join(open_sets)} set (the seeds' "
                        "spread is not modelled by these standard errors, which are eval noise only)")
     elif claim.verdict != SUPPORTED:
-        sets = sorted({d["set"] for d in diffs})
+        sets = sorted({d.set for d in diffs})
         claim.needs = (f"the ladder on every set (run so far: {', '.join(sets)}), with TIS and AIS arms at the mildest "
                        "precision where naive training loses, and more seeds where AIS sits between a tie with bf16 and "
                        "a loss (the seeds' spread is not modelled by these standard errors, which are eval noise only)")
     return claim
 
 
-def holdout_outcome(study: Study, metric: str, d: dict) -> str:
+def holdout_outcome(study: Study, metric: str, d: DecisionHoldout) -> str:
     """``hit``, ``miss`` or ``tie`` for a study's decision hold-out (:func:`isosweep.report.analysis.holdout_outcome`)."""
-    return A.holdout_outcome(study.data["metrics"][metric].get("frontier", []), study.data["configs"], d)
+    return A.holdout_outcome(study.analysis.metrics[metric].frontier, study.analysis.configs, d)
 
 
-def picked_runs(study: Study, dashboards: Path, config: str) -> list | None:
-    """The trials of ``config`` in the study's folder, each as (recipe, seed): the task, model and method settings
-    and the seed that make it one deterministic run (see :func:`shared_runs`); None without the folder's curves."""
+def picked_runs(study: Study, dashboards: Path, config: str) -> list[P.RunId] | None:
+    """The runs (:func:`isosweep.report.planner.run_identity`) of ``config`` in the study's folder; None without
+    the folder's curves."""
     path = P.curves_path(dashboards / study.folder)
     if not path.exists():
         return None
     data = SweepData.from_json(json.loads(path.read_text()), str(path))
-    return sorted(list(run_key(data, c)) for c in data.curves if c.config == config) or None
+    return [P.run_identity(data, c) for c in data.curves if c.config == config] or None
 
 
-def run_key(data: SweepData, curve) -> tuple[str, int]:
-    """(recipe, seed) of one trial: with its config, what makes it one deterministic run -- the task, model and
-    method settings (:func:`isosweep.report.planner.method`, :func:`~isosweep.report.planner.identity`) and the seed."""
-    return json.dumps({**P.method(data), **P.identity(data)}, sort_keys=True), int(curve.fields.get("seed", 0))
-
-
-def same_prediction(study: Study, metric: str, d: dict, runs: list | None = None) -> list[str]:
+def same_prediction(study: Study, metric: str, d: DecisionHoldout, runs: list[P.RunId] | None = None) -> set:
     """What a decision hold-out's pick rests on, one key per run: the set, the predicted config and each of its
     runs (``runs``, from :func:`picked_runs`). Two picks that share a run (the same deterministic trial of the
     picked config, run to the same or to another budget, or pooled with other seeds) rest on the same curve: at
     most one test of the fits, not two. Without ``runs``, one key: the set, C_max, the config and every record of
     it (each seed's running best at each evaluation)."""
     if runs is not None:
-        return [json.dumps([study.difficulty, d["predicted_config"], run]) for run in runs]
-    records = study.data["metrics"][metric].get("records", {}).get(d["predicted_config"])
+        return {(study.difficulty, run) for run in runs}
+    records = study.analysis.metrics[metric].records.get(d.predicted_config)
     if records is None:  # nothing to compare: a test of its own
-        return [json.dumps([study.folder, id(study)])]
-    return [json.dumps([study.difficulty, d.get("C_max"), d["predicted_config"], records], sort_keys=True)]
-
-
-HOLDOUTS_BY_SET = "hold-outs that decide, by set (picks that share runs counted once): "
+        return {(study.folder, id(study))}
+    return {(study.difficulty, d.C_max, d.predicted_config, records)}
 
 
 def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
@@ -418,33 +429,31 @@ def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
     claim = Claim("the fitted curves predict 4x beyond their data",
                   "decision hold-out: every config fitted on C <= C_max/4, the predicted winner and its value at C_max "
                   "against what was observed; on the real studies and on synthetic sweeps with a known truth")
-    decided: list[tuple[set[str], list[tuple[str, bool]], str]] = []  # one test: its runs' keys, (folder, hit) of
-    # each study whose pick rests on them, and the set of problems it was made on
+    decided: list[tuple[set, list[tuple[str, bool]], str]] = []  # one test: its runs' keys, (folder, hit) of each
+    # study whose pick rests on them, and the set of problems it was made on
     tried_on: Counter[str] = Counter()  # hold-outs per set, ties included
-    for study in (s for s in studies if s.current):
-        name = study.data["primary"]
-        d = study.data["metrics"][name].get("decision_holdout") or {}
-        if d.get("predicted_config"):
-            outcome = holdout_outcome(study, name, d)
-            tried_on[study.difficulty] += 1
-            repeat = ""
-            if outcome != "tie":
-                keys = set(same_prediction(study, name, d, picked_runs(study, dashboards, d["predicted_config"])))
-                shared = [test for test in decided if test[0] & keys]
-                if shared:
-                    repeat = (f"; the same pick as `{shared[0][1][0][0]}`'s from the same runs (its "
-                              f"{d['predicted_config']} trials, deterministic, to this or another budget"
-                              + (", or some of them" if not any(keys <= test[0] for test in shared) else "")
-                              + "), counted once with it: one hit only if every such pick hit")
-                merged = (keys.union(*(t[0] for t in shared)), [p for t in shared for p in t[1]], study.difficulty)
-                decided = [t for t in decided if all(t is not u for u in shared)] + [merged]
-                merged[1].append((study.folder, outcome == "hit"))
-            claim.evidence.append(f"{study.label()}, {name}: predicted {d['predicted_config']} "
-                                  f"({fmt(d['predicted_value'])}), observed best {d['observed_config']} -> "
-                                  + A.holdout_words(outcome, d["hit"])
-                                  + f", value error {fmt(d['abs_error'])}{repeat}")
-        else:
-            claim.evidence.append(f"{study.label()}, {name}: no hold-out ({d.get('reason', 'no data')})")
+    for study in studies:
+        name, d = study.analysis.primary, study.primary.decision_holdout
+        if not d.predicted_config:
+            claim.evidence.append(f"{study.label()}, {name}: no hold-out ({d.reason or 'no data'})")
+            continue
+        outcome = holdout_outcome(study, name, d)
+        tried_on[study.difficulty] += 1
+        repeat = ""
+        if outcome != "tie":
+            keys = same_prediction(study, name, d, picked_runs(study, dashboards, d.predicted_config))
+            shared = [test for test in decided if test[0] & keys]
+            if shared:
+                repeat = (f"; the same pick as `{shared[0][1][0][0]}`'s from the same runs (its "
+                          f"{d.predicted_config} trials, deterministic, to this or another budget"
+                          + (", or some of them" if not any(keys <= test[0] for test in shared) else "")
+                          + "), counted once with it: one hit only if every such pick hit")
+            merged = (keys.union(*(t[0] for t in shared)), [p for t in shared for p in t[1]], study.difficulty)
+            decided = [t for t in decided if all(t is not u for u in shared)] + [merged]
+            merged[1].append((study.folder, outcome == "hit"))
+        claim.evidence.append(f"{study.label()}, {name}: predicted {d.predicted_config} "
+                              f"({fmt(d.predicted_value)}), observed best {d.observed_config} -> "
+                              + A.holdout_words(outcome, d.hit) + f", value error {fmt(d.abs_error)}{repeat}")
     validation = dashboards / "methods" / "validation.json"
     if validation.exists():
         v = json.loads(validation.read_text())
@@ -456,13 +465,28 @@ def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
     per_set: dict[str, list[bool]] = {}  # set -> whether each prediction that decided hit
     for _, same, on_set in decided:
         per_set.setdefault(on_set, []).append(all(hit for _, hit in same))
+    claim.by_set = {on_set: SetCount(len(per_set.get(on_set, [])), sum(per_set.get(on_set, [])), tried)
+                    for on_set, tried in sorted(tried_on.items())}
     hits = [hit for on_set in per_set.values() for hit in on_set]
     tied_sets = sorted(set(tried_on) - set(per_set))
     if per_set:
-        claim.evidence.append(HOLDOUTS_BY_SET
-                              + "; ".join(f"{s} {len(v)} ({sum(v)} hit)" for s, v in sorted(per_set.items()))
-                              + "".join(f"; {s} none ({tried_on[s]} hold-out{'s' * (tried_on[s] > 1)}, every one "
-                                        "a tie)" for s in tied_sets))
+        claim.evidence.append("hold-outs that decide, by set (picks that share runs counted once): "
+                              + decided_by_set(claim))
+    _holdout_verdict(claim, hits, per_set, tied_sets, tried_on)
+    return claim
+
+
+def decided_by_set(claim: Claim) -> str:
+    """``easy 3 (2 hit); hard none (2 hold-outs, every one a tie)``: the hold-outs that decided, per set."""
+    decided = [f"{s} {c.decided} ({c.hits} hit)" for s, c in claim.by_set.items() if c.decided]
+    ties = [f"{s} none ({c.tried} hold-out{'s' * (c.tried > 1)}, every one a tie)"
+            for s, c in claim.by_set.items() if not c.decided]
+    return "; ".join(decided + ties)
+
+
+def _holdout_verdict(claim: Claim, hits: list[bool], per_set: dict[str, list[bool]], tied_sets: list[str],
+                     tried_on: Counter[str]) -> None:
+    """The hold-out claim's verdict and what it needs, from the decided tests (``hits``, per set)."""
     if not hits and tried_on:
         claim.verdict = UNRESOLVED
         claim.needs = "hold-outs against untied winners: studies whose curves bend within their budget, more seeds"
@@ -494,7 +518,6 @@ def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
         claim.needs = (f"{len(hits)} real decision hold-out(s) that decide (not ties) so far, {sum(hits)} of them "
                        "hit: at least 3 studies whose curves bend within their budget (a pick that two studies make "
                        "from the same runs counts once)")
-    return claim
 
 
 # --------------------------------------------------------------------------------- the report
@@ -527,7 +550,7 @@ def planning_section(dashboards: Path, bootstrap: int = 100, holdouts: Claim | N
              "values are fits extrapolated, flagged below: read them as a direction and run the suggested sweep "
              "(`--suggest`) before acting on them."]
     if holdouts is not None:
-        by_set = next((e[len(HOLDOUTS_BY_SET):] for e in holdouts.evidence if e.startswith(HOLDOUTS_BY_SET)), "")
+        by_set = decided_by_set(holdouts) if any(c.decided for c in holdouts.by_set.values()) else ""
         lines[-1] += (f" Whether such fits pick the winner 4x beyond their data is the claim \"{holdouts.title}\" "
                       f"above: **{holdouts.verdict}**" + (f" (hold-outs that decide: {by_set})" if by_set else "") + ".")
     sweeps = P.load_folders(dashboards)
@@ -550,16 +573,16 @@ def planning_section(dashboards: Path, bootstrap: int = 100, holdouts: Claim | N
         lr = json.loads(method).get("algorithm.lr_ref", "?")
         on = f"; eval set {', '.join(scored) or 'not recorded'}" if several else ""
         lines += ["", f"### {task} {levels}, {difficulty}, {model} (lr_ref {lr}{on})", "",
-                  "Rests on: " + ", ".join(f"`{s['sweep_id']}` (C = {s['budget']:,}, {s['trials']} trials"
-                                           + (f"; {s['repeats_left_out']} left out as repeats of the same run in "
-                                              "another sweep" if s["repeats_left_out"] else "") + ")"
+                  "Rests on: " + ", ".join(f"`{s.sweep_id}` (C = {s.budget:,}, {s.trials} trials"
+                                           + (f"; {s.repeats_left_out} left out as repeats of the same run in "
+                                              "another sweep" if s.repeats_left_out else "") + ")"
                                            for s in planner.sources()) + f"; data reach C = {planner.data_C:,.0f}.", "",
                   f"| C | run (n, Bp, M) | predicted {planner.metric} [90%] | P(best) | within noise | flags |",
                   "| --- | --- | --- | --- | --- | --- |"]
         notes: dict[str, list[str]] = {}
         for C in PLAN_BUDGETS:
             rec = planner.at(C)
-            close = ", ".join(c["config"] for c in rec.within_noise()) or "none"
+            close = ", ".join(c.config for c in rec.within_noise()) or "none"
             flags = "; ".join(rec.flags) or "-"
             lines.append(f"| {_budget(C)} | n = {rec.n}, Bp = {rec.Bp}, M = {rec.M:,} | {fmt(rec.value)} "
                          f"[{fmt(rec.low)}, {fmt(rec.high)}] | {rec.p_best:.2f} | {close} | {flags} |")
@@ -572,33 +595,32 @@ def planning_section(dashboards: Path, bootstrap: int = 100, holdouts: Claim | N
         except ValueError as e:  # too few evaluations below C_max / 4 to fit anything
             lines += ["", f"Leave-one-budget-out: not possible here ({e})."]
             continue
-        full = planner.at(check["C_max"])
-        tied = [c["config"] for c in full.contenders if c["within_noise"]]
-        lines += ["", f"Leave-one-budget-out: from the data at C <= {check['from_C']:,.0f} only, the planner picks, "
-                      f"among the {len(check['candidates'])} allocations run to C = {check['C_max']:,}, "
-                      f"{check['recommended']} (predicted {fmt(check['predicted'])} "
-                      f"[{fmt(check['low'])}, {fmt(check['high'])}], P(best) {check['p_best']:.2f}); observed there: "
-                      f"{fmt(check['observed_recommended'])} (inside its interval: "
-                      f"{'yes' if check['covered'] else 'no'}), the observed best {check['observed_best']} "
-                      f"{fmt(check['observed_best_value'])} (shortfall {fmt(check['shortfall'])}); with all the data "
-                      f"the allocations within noise of the best at C = {check['C_max']:,} are "
+        full = planner.at(check.C_max)
+        tied = [c.config for c in full.contenders if c.within_noise]
+        lines += ["", f"Leave-one-budget-out: from the data at C <= {check.from_C:,.0f} only, the planner picks, "
+                      f"among the {len(check.candidates)} allocations run to C = {check.C_max:,}, "
+                      f"{check.recommended} (predicted {fmt(check.predicted)} "
+                      f"[{fmt(check.low)}, {fmt(check.high)}], P(best) {check.p_best:.2f}); observed there: "
+                      f"{fmt(check.observed_recommended)} (inside its interval: "
+                      f"{'yes' if check.covered else 'no'}), the observed best {check.observed_best} "
+                      f"{fmt(check.observed_best_value)} (shortfall {fmt(check.shortfall)}); with all the data "
+                      f"the allocations within noise of the best at C = {check.C_max:,} are "
                       f"{', '.join(tied)}, so the pick is "
-                      + ("among them." if check["recommended"] in tied else "not among them.")]
+                      + ("among them." if check.recommended in tied else "not among them.")]
     return lines
 
 
 def shared_runs(dashboards: Path) -> list[str]:
     """Lines naming the studies that ran the same trial (same allocation, seed, task, model and method: a
     deterministic run measured twice), so their verdicts are read as not independent."""
-    owners: dict[tuple, list[str]] = {}
+    owners: dict[P.RunId, list[str]] = {}
     for data in P.load_folders(dashboards):
         for c in data.curves:
-            recipe, seed = run_key(data, c)
-            owners.setdefault((recipe, c.config, seed), []).append(data.sweep_id)
+            owners.setdefault(P.run_identity(data, c), []).append(data.sweep_id)
     pairs: dict[tuple[str, ...], list[str]] = {}
-    for (_, config, seed), ids in owners.items():
+    for run, ids in owners.items():
         if len(ids) > 1:
-            pairs.setdefault(tuple(sorted(ids)), []).append(f"{config} seed {seed}")
+            pairs.setdefault(tuple(sorted(ids)), []).append(f"{run.config} seed {run.seed}")
     return [f"- {' and '.join(f'`{i}`' for i in ids)} each ran {len(runs)} trial(s) ({', '.join(sorted(runs))}) "
             "with the same allocation, seed and recipe: deterministic runs (bit-identical when they ran on the same "
             "number of torch threads), so their verdicts are not independent evidence"
@@ -643,19 +665,15 @@ def build_report(dashboards: str | Path) -> str:
             lines += ["", f"What it would take: {c.needs}."]
     lines += planning_section(dashboards, holdouts=holdouts)
     lines += ["", "## Studies", ""]
-    every = [Study(path.parent.name, json.loads(path.read_text())) for path in sorted(dashboards.glob("*/fits.json"))]
+    every = read_studies(dashboards)
     pooled = pooled_sweeps(every)
     for sweep, folder in sorted(pooled.items()):
         lines.append(f"- sweep `{sweep}`: its trials are pooled into `{folder}` and counted there")
-    for small, big in sorted(contained_studies([s for s in every if s.data["title"] not in pooled]).items()):
+    for small, big in sorted(contained_studies([s for s in every if s.analysis.title not in pooled]).items()):
         lines.append(f"- `{small}`: every trial of it is also in `{big}` (the same configs, seeds and numbers), "
                      "counted there")
     for s in studies:
-        if s.current:
-            lines.append(f"- {s.label()}: {s.data['trials']} trials, {s.data['noise']}{_scored_on(dashboards / s.folder)}")
-        else:
-            lines.append(f"- `{s.folder}`: analysed with the earlier method (record points only, R0 fitted, one seed, "
-                         "no paired counts): shown in its folder, not used for any verdict above")
+        lines.append(f"- {s.label()}: {s.analysis.trials} trials, {s.analysis.noise}{_scored_on(dashboards / s.folder)}")
     lines += shared_runs(dashboards)
     pick = _pilot_pick(dashboards)
     if pick:
@@ -663,60 +681,17 @@ def build_report(dashboards: str | Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _inline(text: str) -> str:
-    """Escaped ``text`` with the report's inline markdown: ``**bold**`` and `` `code` ``."""
-    out = html.escape(text, quote=False)
-    out = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", out)
-    return re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+MARKDOWN = MarkdownIt("commonmark", {"html": False}).enable("table")
+"""The report's Markdown renderer: CommonMark with pipe tables, raw HTML in the text escaped."""
 
 
 def to_html(markdown: str, title: str = "What the studies found") -> str:
-    """The report's markdown (headings, paragraphs, bullet lists, pipe tables, bold, code) as one standalone
-    HTML page."""
-    body, rows, items, para = [], [], [], []
-
-    def flush() -> None:
-        if para:
-            body.append(f"<p>{_inline(' '.join(para))}</p>")
-            para.clear()
-        if items:
-            body.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in items) + "</ul>")
-            items.clear()
-        if rows:
-            cells = [[c.strip() for c in r.strip().strip("|").split("|")] for r in rows
-                     if not re.fullmatch(r"\|?[\s\-|:]+\|?", r.strip())]
-            head, *rest = cells
-            body.append("<table><thead><tr>" + "".join(f"<th>{_inline(c)}</th>" for c in head) + "</tr></thead><tbody>"
-                        + "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>" for r in rest)
-                        + "</tbody></table>")
-            rows.clear()
-
-    for line in markdown.splitlines():
-        heading = re.match(r"(#{1,4}) (.*)", line)
-        if heading:
-            flush()
-            level = len(heading.group(1))
-            body.append(f"<h{level}>{_inline(heading.group(2))}</h{level}>")
-        elif line.startswith("|"):
-            if para or items:
-                flush()
-            rows.append(line)
-        elif line.startswith("- "):
-            if para or rows:
-                flush()
-            items.append(line[2:])
-        elif not line.strip():
-            flush()
-        elif items:
-            items[-1] += " " + line.strip()
-        else:
-            para.append(line.strip())
-    flush()
+    """The report's Markdown as one standalone HTML page."""
     style = ("body{font-family:sans-serif;max-width:70em;margin:2em auto;line-height:1.4}"
              "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left}"
              "code{background:#f4f4f4}")
     return (f"<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
-            f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+            f"<style>{style}</style></head><body>\n" + MARKDOWN.render(markdown) + "</body></html>\n")
 
 
 def write_report(dashboards: str | Path) -> Path:

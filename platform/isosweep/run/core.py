@@ -32,7 +32,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -56,6 +56,7 @@ from isosweep.track import runs
 from isosweep.track.curves import without_counts
 from isosweep.track.null import NullTracker
 from isosweep.track.server import answers, ensure_server, revive
+from isosweep.track.tags import OUT_TAG
 from isosweep.trial.files import TrialDir
 from isosweep.trial.job import WORKER_RESTARTS, in_process_threads, ray_init, run_in_process, run_torch_trainer
 
@@ -272,9 +273,9 @@ def open_study(sweep_id: str, runs_root: str | Path, log: Callable[[str], None])
     uri = ensure_server(log)  # a bad port or a foreign server stops the study before any folder is made
     sweep_out = (Path(runs_root) / sweep_id).resolve()
     parent = runs.find_parent(runs.client(uri), sweep_id)
-    first = parent.data.tags.get("isosweep.out") if parent is not None else None
+    first = parent.data.tags.get(OUT_TAG) if parent is not None else None
     if first and Path(first).resolve() != sweep_out:
-        raise ConfigError(f"{sweep_id} was run with its trials in {first} (tag isosweep.out of its MLflow parent run), "
+        raise ConfigError(f"{sweep_id} was run with its trials in {first} (tag {OUT_TAG} of its MLflow parent run), "
                           f"not {sweep_out}: run it again with --runs {Path(first).parent} to resume it there (or give "
                           "the sweep another name to start a new one)")
     sweep_out.mkdir(parents=True, exist_ok=True)
@@ -525,15 +526,49 @@ def check_problem_sets(cfgs: list[TrialConfig], source: str | Path, log: Callabl
         log(f"[sweep] problem sets checked for {len(largest)} base model / task / band combination(s)")
 
 
+@dataclass(frozen=True)
+class TrialsOutcome:
+    """How a study's run of Tune ended (:func:`run_trials`), what its driver decides the study's state from.
+
+    ``interrupted``: Tune was stopped (Ctrl-C) before it had ended every trial; ``failed``: the keys of the
+    trials that ended in an error after their retries (sorted). A trial stopped early by an HPO study's rules
+    ended: it is neither. Neither field says whether a trial reached its last step: the trial folders do
+    (:func:`is_finished`), and a study with unfinished trials that was not interrupted ended short because
+    of its failures."""
+
+    interrupted: bool
+    failed: tuple[str, ...] = ()
+
+
+def trials_outcome(made: int, ended: int, failed: Iterable[str], expected: int | None = None) -> TrialsOutcome:
+    """The outcome of a Tune run that made ``made`` trials (its ``ResultGrid``'s length), of which ``ended``
+    completed or failed (as Tune's callbacks told them: :class:`Progress`), ``failed`` (their keys) in error.
+
+    Tune returns from a Ctrl-C as from a finished run, and marks the trials it stops then ``TERMINATED`` like
+    completed ones: the trials that never ended are what tell an interrupted run. ``expected``: how many trials
+    the run makes in all, where that is known before it starts (a grid's points), so that a Ctrl-C between one
+    trial's end and the next one's start counts too.
+
+    >>> trials_outcome(made=2, ended=1, failed=[])
+    TrialsOutcome(interrupted=True, failed=())
+    >>> trials_outcome(made=3, ended=3, failed=["b", "a"], expected=4)
+    TrialsOutcome(interrupted=True, failed=('a', 'b'))
+    """
+    return TrialsOutcome(interrupted=ended < made or (expected is not None and made < expected),
+                         failed=tuple(sorted(failed)))
+
+
 def run_trials(sweep_out: Path, cfgs: list[TrialConfig], source: str | Path, address: str | None,
                progress: Progress, log: Callable[[str], None], prefix: str, limit: int | None = None,
-               param_space: dict | None = None, stop=None, **tune_config) -> bool:
-    """Run a study's trials on Ray Tune; returns whether it was interrupted (Ctrl-C).
+               param_space: dict | None = None, stop=None, expected: int | None = None,
+               **tune_config) -> TrialsOutcome:
+    """Run a study's trials on Ray Tune; returns how it ended (:class:`TrialsOutcome`: interrupted, failed trials).
 
     ``cfgs`` are the trials that size the concurrency (the largest of them decides); each trial
     reserves what :func:`tune_resources` says and is named by its key; each run of the same study
     is a new Tune experiment ``attempt-N`` under ``sweep_out/tune``. ``tune_config`` adds
-    ``TuneConfig`` arguments (an HPO study's searcher and scheduler).
+    ``TuneConfig`` arguments (an HPO study's searcher and scheduler). ``expected``: how many trials the run
+    makes in all, where that is known before (a grid's points; see :func:`trials_outcome`).
 
     With ``in_process`` trials Tune reuses a finished trial's process for the next (``reuse_actors``): the
     imports of torch, transformers and DeepSpeed are paid once per process, not once per trial. Such a trial
@@ -558,7 +593,7 @@ def run_trials(sweep_out: Path, cfgs: list[TrialConfig], source: str | Path, add
                     name=f"attempt-{attempt}", storage_path=str(tune_dir), verbose=0, stop=stop, callbacks=[progress],
                     failure_config=tune.FailureConfig(max_failures=1 + (WORKER_RESTARTS if in_process else 0))),
             )
-            results = tuner.fit()
-            return not results.errors  # Tune stops gracefully on Ctrl-C and returns
-    except KeyboardInterrupt:
-        return True
+            results = tuner.fit()  # on a Ctrl-C Tune stops its trials and returns
+            return trials_outcome(len(results), len(progress.ended), progress.failed, expected)
+    except KeyboardInterrupt:  # a second Ctrl-C, while Tune was stopping
+        return TrialsOutcome(interrupted=True, failed=tuple(sorted(progress.failed)))

@@ -21,12 +21,14 @@ from pathlib import Path
 from ray import tune
 
 from isosweep.report import planner as P
-from isosweep.report.analysis import Analysis, analyse, table_text, write_outputs
+from isosweep.report.analysis import Analysis, analyse
 from isosweep.report.planner import write_sweep_data
+from isosweep.report.render import table_text, write_outputs
 from isosweep.run.core import (
     Progress,
     StudyStanding,
     TrialJob,
+    TrialsOutcome,
     TrialStanding,
     check_problem_sets,
     duration,
@@ -44,6 +46,7 @@ from isosweep.spec.trial import steps
 from isosweep.spec.yamlio import ConfigError
 from isosweep.track import runs
 from isosweep.track.curves import CURVES_FILE, SweepData
+from isosweep.track.tags import DIFFICULTY_TAG, HPO_STUDY, METRIC_TAG, STUDY_TAG, SWEEP_TAG
 
 
 class GridProgress:
@@ -155,20 +158,22 @@ def _run_locked(sweep: Sweep, sweep_out: Path, uri: str, dashboards: str | Path 
     log(f"[sweep] {sweep.sweep_id}: {sweep.spec.study} study, {len(sweep.trials)} trials at C = {sweep.budget:,} "
         f"rollouts each ({len(sweep.trials) - len(pending)} already finished); output {sweep_out}")
     log(f"[sweep] MLflow: {uri} (experiment '{runs.EXPERIMENT}', parent run {parent_id})")
-    interrupted = False
+    outcome = TrialsOutcome(interrupted=False)
     if pending:
         jobs = [TrialJob(key=p.key, config_key=p.config_key, cfg=p.cfg, out=str(trial_of(sweep_out, p.key).path),
                          sweep_id=sweep.sweep_id, parent_run_id=parent_id, tracking_uri=uri) for p in pending]
         progress = Progress(GridProgress(sweep, sweep_out), sweep_out, log, progress_every_s, "sweep", uri=uri,
                             live=live and live_wanted())
-        interrupted = run_trials(sweep_out, [p.cfg for p in sweep.trials], sweep.path, address, progress, log,
-                                 "sweep", limit=concurrency,
-                                 param_space={"trial": tune.grid_search([j.to_tune() for j in jobs])})
+        outcome = run_trials(sweep_out, [p.cfg for p in sweep.trials], sweep.path, address, progress, log,
+                             "sweep", limit=concurrency, expected=len(jobs),
+                             param_space={"trial": tune.grid_search([j.to_tune() for j in jobs])})
         settle()  # trials that ran while MLflow was down: their runs created and caught up now that it answers
+    # the trial folders say what is done; the outcome says why the rest is not: stopped by the user (KILLED, even
+    # if some trials had failed by then), else failed trials (FAILED)
     unfinished = [p.key for p in sweep.trials if not is_finished(trial_of(sweep_out, p.key), p.cfg)]
     if unfinished:
-        client.update_run(parent_id, status="KILLED" if interrupted else "FAILED")
-        log(f"[sweep] {'interrupted' if interrupted else 'incomplete'}: {len(unfinished)} of "
+        client.update_run(parent_id, status="KILLED" if outcome.interrupted else "FAILED")
+        log(f"[sweep] {'interrupted' if outcome.interrupted else 'incomplete'}: {len(unfinished)} of "
             f"{len(sweep.trials)} trials not finished ({', '.join(unfinished)}); run the same command again to "
             "resume them from their checkpoints")
         return None
@@ -218,19 +223,19 @@ def frontier_report(uri: str, sweep_id: str, out: str | Path | None, dashboards:
     if parent is None:
         raise ConfigError(f"no sweep {sweep_id!r} in MLflow at {uri} (experiment '{runs.EXPERIMENT}')")
     tags, params = parent.data.tags, parent.data.params
-    sweep_id = tags[runs.SWEEP_TAG]
-    if tags.get("isosweep.study") == "hpo":
+    sweep_id = tags[SWEEP_TAG]
+    if tags.get(STUDY_TAG) == HPO_STUDY:
         raise ConfigError(f"{sweep_id} is an HPO study, not a grid sweep: it has no frontier; its summary is the "
                           f"artifact hpo/trials.txt of parent run {parent.info.run_id} (and runs/sweeps/{sweep_id}/hpo/)")
     if dashboards and guard_dashboards:
         check_report_folder(Path(dashboards), sweep_id)
     out = Path(runs_root) / sweep_id / "frontier" if out is None else Path(out)
-    metric = tags["isosweep.metric"]
+    metric = tags[METRIC_TAG]
     data = data or runs.read_sweep(client, parent)  # the caller may have read it already
     curves = data.curves
-    analysis = analyse(curves, title=sweep_id, study=tags["isosweep.study"], budget=int(params["sweep.budget"]),
+    analysis = analyse(curves, title=sweep_id, study=tags[STUDY_TAG], budget=int(params["sweep.budget"]),
                        primary=metric.split("/")[1], points=int(params["spec.frontier.points"]),
-                       bootstrap=int(params["spec.frontier.bootstrap"]), difficulty=tags.get("isosweep.difficulty", ""))
+                       bootstrap=int(params["spec.frontier.bootstrap"]), difficulty=tags.get(DIFFICULTY_TAG, ""))
     paths = write_outputs(analysis, out)
     paths[CURVES_FILE] = write_sweep_data(data, out)
     for path in paths.values():
@@ -241,7 +246,7 @@ def frontier_report(uri: str, sweep_id: str, out: str | Path | None, dashboards:
         write_outputs(analysis, dashboards)
         write_sweep_data(data, dashboards)
     log("")
-    log(table_text(analysis))
+    log(table_text(analysis.saved()))
     log("")
     log(f"[sweep] frontier table, fits and plots: {Path(out)} (report {Path(out) / 'report.html'})"
         + (f" and {Path(dashboards) / 'report.html'}" if dashboards else "")
@@ -283,7 +288,7 @@ def refresh_dashboards(uri: str, dashboards: str | Path, log: Callable[[str], No
     study run seed by seed that no folder pools yet are pooled (:func:`pool_dashboards`)."""
     client = runs.client(uri)
     dashboards = Path(dashboards)
-    finished = {parent.data.tags[runs.SWEEP_TAG]: parent for parent in runs.finished_grid_sweeps(client)}
+    finished = {parent.data.tags[SWEEP_TAG]: parent for parent in runs.finished_grid_sweeps(client)}
     todo = folder_sweeps(dashboards)
     claimed = {sweep_id for ids in todo.values() for sweep_id in ids}
     for sweep_id, parent in finished.items():  # newest first
@@ -326,9 +331,9 @@ def pool_into(group: list[SweepData], read: dict[str, tuple], folder: str | Path
     home, _ = read[group[0].sweep_id]
     tags, params = home.data.tags, home.data.params
     ids = tuple(d.sweep_id for d in group)
-    analysis = analyse(P.pooled_curves(group), title=ids[0], study=tags["isosweep.study"], budget=group[0].budget,
-                       primary=tags["isosweep.metric"].split("/")[1], points=int(params["spec.frontier.points"]),
-                       bootstrap=int(params["spec.frontier.bootstrap"]), difficulty=tags.get("isosweep.difficulty", ""))
+    analysis = analyse(P.pooled_curves(group), title=ids[0], study=tags[STUDY_TAG], budget=group[0].budget,
+                       primary=tags[METRIC_TAG].split("/")[1], points=int(params["spec.frontier.points"]),
+                       bootstrap=int(params["spec.frontier.bootstrap"]), difficulty=tags.get(DIFFICULTY_TAG, ""))
     analysis.pooled_from = ids
     write_outputs(analysis, folder)
     return analysis
@@ -343,7 +348,7 @@ def pool_dashboards(read: dict[str, tuple], dashboards: str | Path, log: Callabl
     written = []
     for group in P.pool_groups([d for _, d in read.values()]):
         home, _ = read[group[0].sweep_id]
-        folder = Path(dashboards) / home.data.params.get("spec.name", home.data.tags[runs.SWEEP_TAG])
+        folder = Path(dashboards) / home.data.params.get("spec.name", home.data.tags[SWEEP_TAG])
         analysis = pool_into(group, read, folder)
         log(f"[report] {folder.name}: sweeps {', '.join(analysis.pooled_from)} pooled ({len(analysis.curves)} "
             f"trials, seeds {analysis.seeds()}) into {folder}")

@@ -40,11 +40,12 @@ from ray.tune.search import Searcher
 from isosweep.hpo.ledger import StudyLedger, TrialEntry
 from isosweep.hpo.searcher import JFHPOSearcher, RandomSearcher, asha_scheduler, read_json_state, write_json_state
 from isosweep.hpo.stopping import DynamicsStopper
-from isosweep.report.hpo import summary, table_text, verdict_text, write_summary
+from isosweep.report.hpo import HPOSummary, ProxyVerdict, summary, table_text, verdict_text, write_summary
 from isosweep.run.core import (
     Progress,
     StudyStanding,
     TrialJob,
+    TrialsOutcome,
     TrialStanding,
     check_problem_sets,
     duration,
@@ -58,6 +59,23 @@ from isosweep.run.lock import release_study
 from isosweep.spec.hpo import HPOStudy
 from isosweep.spec.trial import TrialConfig
 from isosweep.track import runs, server
+from isosweep.track.tags import (
+    FIDELITY_B_TAG,
+    FIDELITY_BUDGET_TAG,
+    FIDELITY_S_TAG,
+    FIDELITY_SIZE_TAG,
+    FINAL_TAG,
+    HPO_STUDY,
+    METRIC_TAG,
+    NOTE_TAG,
+    OUT_TAG,
+    PROMOTED_AT_ROLLOUTS_TAG,
+    PROMOTED_FROM_TAG,
+    PROMOTED_TAG,
+    SEARCH_TAG,
+    STUDY_TAG,
+    TARGET_TAG,
+)
 
 STATE_FILE = "search.json"
 
@@ -193,16 +211,14 @@ class StudySearch(Searcher):
     def job(self, entry: TrialEntry) -> TrialJob:
         """The Tune trial job of ``entry``."""
         cfg = self.study.trial_config(entry.params, entry.size, entry.budget)
-        tags = {"isosweep.fidelity.size": entry.size, "isosweep.fidelity.budget": str(entry.budget),
-                "isosweep.fidelity.s": f"{self.study.size_fidelity(entry.size):.4g}",
-                "isosweep.fidelity.b": f"{entry.budget / self.study.budget:.4g}",
-                "isosweep.promoted": str(entry.promoted_from is not None).lower(),
-                "isosweep.search": self.study.spec.search}
+        tags = {FIDELITY_SIZE_TAG: entry.size, FIDELITY_BUDGET_TAG: str(entry.budget),
+                FIDELITY_S_TAG: f"{self.study.size_fidelity(entry.size):.4g}",
+                FIDELITY_B_TAG: f"{entry.budget / self.study.budget:.4g}",
+                PROMOTED_TAG: str(entry.promoted_from is not None).lower(), SEARCH_TAG: self.study.spec.search}
         if entry.promoted_from:
-            tags.update({"isosweep.promoted_from": entry.promoted_from,
-                         "isosweep.promoted_at_rollouts": str(entry.start_rollouts)})
+            tags.update({PROMOTED_FROM_TAG: entry.promoted_from, PROMOTED_AT_ROLLOUTS_TAG: str(entry.start_rollouts)})
         if entry.final:
-            tags["isosweep.final"] = "true"
+            tags[FINAL_TAG] = "true"
         return TrialJob(key=entry.key, config_key=entry.config_key, cfg=cfg,
                         out=str(trial_of(self.sweep_out, entry.key).path), sweep_id=self.study.sweep_id,
                         parent_run_id=self.parent_id, tracking_uri=self.uri, tags=tags)
@@ -283,7 +299,7 @@ class StudySearch(Searcher):
             self.inner.on_trial_complete(entry.inner_id, self._as_gain(key, final), error=error and not records)
             verdict = getattr(self.inner, "proxy_verdict", None)
             if verdict is not None and decided is None:
-                self.log(f"[hpo] {verdict_text(verdict, self.study.target)}")
+                self.log(f"[hpo] {verdict_text(ProxyVerdict.from_json(verdict), self.study.target)}")
         self.unlogged.append({"key": key, "point": len(self.ledger.trajectory) - 1,
                               "reason": str(reason)[:5000] if reason is not None else None})
         self.save_state()
@@ -373,8 +389,9 @@ def probe_config(study: HPOStudy) -> TrialConfig:
 
 def run_hpo(study: HPOStudy, runs_root: str | Path = "runs/sweeps", dashboards: str | Path | None = "dashboards",
             address: str | None = None, log: Callable[[str], None] = say, progress_every_s: float = 30.0,
-            live: bool = False) -> dict | None:
-    """Run (or resume) ``study``; returns its summary (see :func:`isosweep.report.hpo.summary`), or None if interrupted.
+            live: bool = False) -> HPOSummary | None:
+    """Run (or resume) ``study``; returns its :class:`~isosweep.report.hpo.HPOSummary` (what ``hpo.json`` holds), or
+    None if interrupted.
     ``live``: the progress as a live display where stdout is a terminal (:func:`isosweep.run.core.live_wanted`)."""
     check_problem_sets([probe_config(study)], study.path, log)
     sweep_out, uri = open_study(study.sweep_id, runs_root, log)
@@ -385,11 +402,11 @@ def run_hpo(study: HPOStudy, runs_root: str | Path = "runs/sweeps", dashboards: 
 
 
 def _run_locked(study: HPOStudy, sweep_out: Path, uri: str, dashboards: str | Path | None, address: str | None,
-                log: Callable[[str], None], progress_every_s: float, live: bool = False) -> dict | None:
+                log: Callable[[str], None], progress_every_s: float, live: bool = False) -> HPOSummary | None:
     client = runs.client(uri)
     spec = study.spec
-    tags = {"isosweep.study": "hpo", "isosweep.search": spec.search, "isosweep.metric": study.metric,
-            "isosweep.out": str(sweep_out), "isosweep.target": study.target, "mlflow.note.content": spec.description}
+    tags = {STUDY_TAG: HPO_STUDY, SEARCH_TAG: spec.search, METRIC_TAG: study.metric, OUT_TAG: str(sweep_out),
+            TARGET_TAG: study.target, NOTE_TAG: spec.description}
     params = {"sweep.file": str(study.path), "sweep.budget": study.budget, "hpo.study_budget": study.study_budget,
               "hpo.sizes": json.dumps(study.space.sizes), "hpo.budget_range": f"{study.space.budget_min}-{study.space.budget_max}",
               **runs.flatten(spec.model_dump(mode="json"), "spec.")}
@@ -413,6 +430,7 @@ def _run_locked(study: HPOStudy, sweep_out: Path, uri: str, dashboards: str | Pa
     if ledger.trials:
         log(f"[hpo] resuming: {len(ledger.trials)} trials so far, {len(search.queue)} to continue, "
             f"{ledger.spent:,.0f} spent")
+    outcome = TrialsOutcome(interrupted=False)
     if not ledger.finished:
         probe = probe_config(study)
         scheduler = None
@@ -421,10 +439,13 @@ def _run_locked(study: HPOStudy, sweep_out: Path, uri: str, dashboards: str | Pa
                                        reduction_factor=spec.asha.reduction_factor)
         progress = Progress(StudyProgress(search), sweep_out, log, progress_every_s, "hpo", uri=uri,
                             live=live and live_wanted())
-        run_trials(sweep_out, [probe], study.path, address, progress, log, "hpo", limit=spec.max_trials,
-                   stop=stopper, search_alg=search, scheduler=scheduler, num_samples=-1)
+        outcome = run_trials(sweep_out, [probe], study.path, address, progress, log, "hpo", limit=spec.max_trials,
+                             stop=stopper, search_alg=search, scheduler=scheduler, num_samples=-1)
     logged = search.settle()
-    if not ledger.finished or ledger.running:
+    # A failed trial is one of the study's results (the ledger counts it, the search goes on), so the outcome's
+    # failures stop nothing. Tune ends a study's run only once the search said it is finished and every trial ended:
+    # short of that the run was stopped, even when no trial was left running (a Ctrl-C between two trials).
+    if outcome.interrupted or not ledger.finished or ledger.running:
         search.save_state()
         if logged:
             client.update_run(parent_id, status="KILLED")
@@ -433,14 +454,13 @@ def _run_locked(study: HPOStudy, sweep_out: Path, uri: str, dashboards: str | Pa
         return None
     target_base = next((records[0][study.metric] for t in ledger.trials.values() if t.size == study.target
                         for records in [trial_of(sweep_out, t.key).records()] if records), None)
-    result = summary(ledger, search.inner.recommend(), target_base)
-    result["proxy_verdict"] = getattr(search.inner, "proxy_verdict", None)
+    result = summary(ledger, search.inner.recommend(), target_base, getattr(search.inner, "proxy_verdict", None))
     out = sweep_out / "hpo"
     copies = dashboards and Path(dashboards) / spec.name
     files = write_summary(result, out, copies)
     if logged:
         try:
-            runs.log_hpo_summary(client, parent_id, result, files)
+            runs.log_hpo_summary(client, parent_id, result.to_json(), files)
             client.set_terminated(parent_id, status="FINISHED")
         except runs.UNANSWERED:  # a server that does not answer, after the client's retries
             logged = False

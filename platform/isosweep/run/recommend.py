@@ -21,6 +21,7 @@ from isosweep.report import planner as P
 from isosweep.spec.values import parse_budget, short_count
 from isosweep.spec.yamlio import ConfigError
 from isosweep.track.curves import SweepData
+from isosweep.track.tags import HPO_STUDY, STUDY_TAG, SWEEP_TAG
 
 
 def say(line: str) -> None:
@@ -38,8 +39,8 @@ def from_mlflow(uri: str, sweep_ids: list[str] | None) -> list[SweepData]:
     out = []
     for sweep_id in sweep_ids:
         parent = runs.find_parent(client, sweep_id, prefix=True)
-        if parent is None or parent.info.status != "FINISHED" or parent.data.tags.get("isosweep.study") == "hpo":
-            there = ", ".join(p.data.tags[runs.SWEEP_TAG] for p in finished) or "none"
+        if parent is None or parent.info.status != "FINISHED" or parent.data.tags.get(STUDY_TAG) == HPO_STUDY:
+            there = ", ".join(p.data.tags[SWEEP_TAG] for p in finished) or "none"
             raise ConfigError(f"--sweeps {sweep_id!r}: no finished grid sweep with that id in MLflow at {uri}; "
                               f"finished grid sweeps: {there}")
         out.append(runs.read_sweep(client, parent))

@@ -11,7 +11,8 @@ evaluation. A checkpoint that breaks the trial's record is a logged model of its
 folder: :func:`log_record_model`); a finished sweep's frontier winners are versions of one registered
 model per sweep (:func:`register_frontier`).
 
-The experiment is a training experiment (:data:`TRAINING_KIND`); MLflow 3.17's UI still opens every
+The tags' names are the constants of :mod:`isosweep.track.tags`. The experiment is a training experiment
+(:data:`~isosweep.track.tags.TRAINING_KIND`); MLflow 3.17's UI still opens every
 experiment on its GenAI pages unless the browser asked for model training, so the UI's address is
 :func:`experiment_url` (and a run's, :func:`run_url`), which asks for it; MLflow's own run links are turned off
 (:data:`QUIET_URLS`).
@@ -46,18 +47,56 @@ from isosweep.spec.trial import entropy_coef, kl_coef, learning_rate, steps
 from isosweep.spec.yamlio import flatten
 from isosweep.track.curves import COUNTS_ARTIFACT, COUNTS_KEY, EVAL_SET_KEY, SAMPLES_KEY, Curve, SweepData
 from isosweep.track.server import EXPERIMENT
+from isosweep.track.tags import (
+    BEST_CONFIG_AT_BUDGET_TAG,
+    BEST_ROLLOUTS_TAG,
+    BEST_TARGET_TAG,
+    BUDGET_TAG,
+    C_TAG,
+    CONFIG_TAG,
+    DIFFICULTY_TAG,
+    ERROR_TAG,
+    EXPERIMENT_KIND_TAG,
+    EXTRAPOLATED_TAG,
+    HPO_COST_TAG,
+    HPO_REACHED_TAG,
+    HPO_STUDY,
+    METRIC_TAG,
+    N_STAR_SATURATION_TAG,
+    N_STAR_VERDICT_TAG,
+    NOTE_TAG,
+    OUT_TAG,
+    P_BEST_TAG,
+    PARENT_RUN_TAG,
+    RECOMMENDATION_KIND,
+    RECOMMENDED_TAG,
+    RECORD_CHECKPOINT_TAG,
+    RECORD_KIND,
+    RECORD_VALUE_TAG,
+    RECORDS_TAG,
+    ROLLOUTS_TAG,
+    RUN_KIND_TAG,
+    RUN_NAME_TAG,
+    STEP_TAG,
+    STOP_DETAIL_TAG,
+    STOP_REASON_TAG,
+    STUDY_TAG,
+    SWEEP_KIND,
+    SWEEP_TAG,
+    SWEEPS_TAG,
+    TIE_TAG,
+    TRAINING_KIND,
+    TRIAL_KIND,
+    TRIAL_TAG,
+    VALUE_TAG,
+    best_value_tag,
+)
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar per trial's counts read back
 
-SWEEP_TAG = "isosweep.sweep_id"
-TRIAL_TAG = "isosweep.trial"
 UNANSWERED = (MlflowException, OSError)
 """What the MLflow client raises when its server does not answer, after its retries (requests' errors are
 ``OSError`` s): the one place callers outside this module learn it, so they need not import mlflow."""
-KIND_TAG = "mlflow.experimentKind"
-TRAINING_KIND = "custom_model_development"
-"""The experiment kind MLflow's UI calls "Machine learning" (its other kind is ``genai_development``): the
-value its experiment-kind selector writes to the :data:`KIND_TAG` tag (mlflow/server/js, ``ExperimentKind``)."""
 RECORD_FILES = ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json",
                 "tokenizer_config.json", "special_tokens_map.json")
 """What a record checkpoint logs to MLflow: the model and tokenizer, not the optimizer state (a sharded
@@ -103,12 +142,12 @@ def experiment_id(mlflow_client) -> str:
     found = mlflow_client.get_experiment_by_name(EXPERIMENT)
     if found is None:
         try:
-            return mlflow_client.create_experiment(EXPERIMENT, tags={KIND_TAG: TRAINING_KIND})
+            return mlflow_client.create_experiment(EXPERIMENT, tags={EXPERIMENT_KIND_TAG: TRAINING_KIND})
         except MlflowException:  # created concurrently by another trial
             found = mlflow_client.get_experiment_by_name(EXPERIMENT)
-    kind = found.tags.get(KIND_TAG, "")
+    kind = found.tags.get(EXPERIMENT_KIND_TAG, "")
     if not kind or kind.startswith("genai"):  # another training kind (finetuning, ...) someone chose is left
-        mlflow_client.set_experiment_tag(found.experiment_id, KIND_TAG, TRAINING_KIND)
+        mlflow_client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND_TAG, TRAINING_KIND)
     return found.experiment_id
 
 
@@ -135,15 +174,15 @@ def find_parent(mlflow_client, sweep_id: str, prefix: bool = False):
     """The parent run of ``sweep_id`` (or of the newest sweep whose id starts with it), or None."""
     op = "LIKE" if prefix else "="
     value = f"{sweep_id}%" if prefix else sweep_id
-    return _find(mlflow_client, f"tags.`{SWEEP_TAG}` {op} '{value}' and tags.`isosweep.kind` = 'sweep'")
+    return _find(mlflow_client, f"tags.`{SWEEP_TAG}` {op} '{value}' and tags.`{RUN_KIND_TAG}` = '{SWEEP_KIND}'")
 
 
 def finished_grid_sweeps(mlflow_client) -> list:
     """The parent run of every finished grid sweep (not HPO studies), newest first."""
     return mlflow_client.search_runs(
         [experiment_id(mlflow_client)], order_by=["attributes.start_time DESC"], max_results=10_000,
-        filter_string="tags.`isosweep.kind` = 'sweep' and attributes.status = 'FINISHED' "
-                      "and tags.`isosweep.study` != 'hpo'")
+        filter_string=f"tags.`{RUN_KIND_TAG}` = '{SWEEP_KIND}' and attributes.status = 'FINISHED' "
+                      f"and tags.`{STUDY_TAG}` != '{HPO_STUDY}'")
 
 
 def find_child(mlflow_client, sweep_id: str, key: str):
@@ -154,8 +193,8 @@ def find_child(mlflow_client, sweep_id: str, key: str):
 def open_parent(mlflow_client, sweep, out) -> str:
     """Find or create the sweep's parent run and mark it running; returns its run id."""
     spec = sweep.spec
-    tags = {"isosweep.study": spec.study, "isosweep.difficulty": sweep.trials[0].cfg.task.difficulty,
-            "isosweep.out": str(out), "isosweep.metric": sweep.metric, "mlflow.note.content": spec.description}
+    tags = {STUDY_TAG: spec.study, DIFFICULTY_TAG: sweep.trials[0].cfg.task.difficulty,
+            OUT_TAG: str(out), METRIC_TAG: sweep.metric, NOTE_TAG: spec.description}
     params = {"sweep.file": str(sweep.path), "sweep.budget": sweep.budget, "sweep.trials": len(sweep.trials),
               **flatten(spec.model_dump(mode="json"), "spec.")}
     return open_study_parent(mlflow_client, sweep.sweep_id, tags, params)
@@ -167,7 +206,7 @@ def open_study_parent(mlflow_client, sweep_id: str, tags: dict[str, str], params
     if found is not None:
         mlflow_client.update_run(found.info.run_id, status="RUNNING")
         return found.info.run_id
-    tags = {SWEEP_TAG: sweep_id, "isosweep.kind": "sweep", "mlflow.runName": sweep_id, **tags}
+    tags = {SWEEP_TAG: sweep_id, RUN_KIND_TAG: SWEEP_KIND, RUN_NAME_TAG: sweep_id, **tags}
     run = mlflow_client.create_run(experiment_id(mlflow_client), tags=tags, run_name=sweep_id)
     _log_params(mlflow_client, run.info.run_id, params)
     return run.info.run_id
@@ -189,9 +228,8 @@ def open_child(mlflow_client, parent_id: str, sweep_id: str, key: str, cfg, conf
         mlflow_client.update_run(found.info.run_id, status="RUNNING")
         _log_params(mlflow_client, found.info.run_id, {k: v for k, v in params.items() if k not in found.data.params})
         return found.info.run_id
-    tags = {"mlflow.parentRunId": parent_id, SWEEP_TAG: sweep_id, TRIAL_TAG: key, "isosweep.kind": "trial",
-            "isosweep.config": config_key, "isosweep.difficulty": cfg.task.difficulty,
-            "mlflow.runName": key}
+    tags = {PARENT_RUN_TAG: parent_id, SWEEP_TAG: sweep_id, TRIAL_TAG: key, RUN_KIND_TAG: TRIAL_KIND,
+            CONFIG_TAG: config_key, DIFFICULTY_TAG: cfg.task.difficulty, RUN_NAME_TAG: key}
     run = mlflow_client.create_run(experiment_id(mlflow_client), tags=tags, run_name=key)
     _log_params(mlflow_client, run.info.run_id, params)
     return run.info.run_id
@@ -311,8 +349,8 @@ class TrialLogger:
         """``record`` is the run's best so far: its checkpoint logged (where the trial still has it), then the tags."""
         if checkpoint:
             self._log_record_checkpoint(record)
-        self.client.set_tag(self.run_id, "isosweep.best_rollouts", str(int(record["rollouts"])))
-        self.client.set_tag(self.run_id, f"isosweep.best_{mlflow_name(self.metric.split('/')[1])}",
+        self.client.set_tag(self.run_id, BEST_ROLLOUTS_TAG, str(int(record["rollouts"])))
+        self.client.set_tag(self.run_id, best_value_tag(mlflow_name(self.metric.split('/')[1])),
                             f"{record[self.metric]:.4f}")
 
     def _settle(self) -> None:
@@ -324,7 +362,7 @@ class TrialLogger:
         if any(COUNTS_KEY in r for r in logged):
             self._log_counts(self.eval_logged)
         top = max(logged, key=lambda r: r[self.metric])  # the first of equals, as log() marks them
-        if self.client.get_run(self.run_id).data.tags.get("isosweep.best_rollouts") != str(int(top["rollouts"])):
+        if self.client.get_run(self.run_id).data.tags.get(BEST_ROLLOUTS_TAG) != str(int(top["rollouts"])):
             self._mark_best(top)
 
     def _log_counts(self, up_to: int) -> None:
@@ -334,16 +372,16 @@ class TrialLogger:
 
     def _log_record_checkpoint(self, record: dict) -> None:
         """``record``'s checkpoint as a logged model of the run (:func:`log_record_model`), named in the run's
-        tags: ``isosweep.record_checkpoint`` (its ``models:/`` URI) and ``isosweep.records`` (the rollouts of
-        every record logged)."""
+        tags: :data:`~isosweep.track.tags.RECORD_CHECKPOINT_TAG` (its ``models:/`` URI) and
+        :data:`~isosweep.track.tags.RECORDS_TAG` (the rollouts of every record logged)."""
         files = record_files(self.trial.checkpoint_at(record["step"]))
         if not files:
             return  # no checkpoint at this step (it was replaced before we got to it)
         model_id = log_record_model(self.client, self.run_id, files, record, self.metric)
-        self.client.set_tag(self.run_id, "isosweep.record_checkpoint", f"models:/{model_id}")
-        logged = [r for r in self.client.get_run(self.run_id).data.tags.get("isosweep.records", "").split(",") if r]
+        self.client.set_tag(self.run_id, RECORD_CHECKPOINT_TAG, f"models:/{model_id}")
+        logged = [r for r in self.client.get_run(self.run_id).data.tags.get(RECORDS_TAG, "").split(",") if r]
         if str(int(record["rollouts"])) not in logged:
-            self.client.set_tag(self.run_id, "isosweep.records", ",".join([*logged, str(int(record["rollouts"]))]))
+            self.client.set_tag(self.run_id, RECORDS_TAG, ",".join([*logged, str(int(record["rollouts"]))]))
 
     def finish(self, status: str, reason: str | None = None) -> None:
         """Mark the run ended (after catching it up if it is behind); an MLflow that does not answer leaves the
@@ -351,7 +389,7 @@ class TrialLogger:
         if self.behind and self.catch_up() < 0:
             return
         if reason:
-            self._tolerant(self.client.set_tag, self.run_id, "isosweep.error", reason[:5000])
+            self._tolerant(self.client.set_tag, self.run_id, ERROR_TAG, reason[:5000])
         self._tolerant(self.client.set_terminated, self.run_id, status=status)
 
 
@@ -386,7 +424,7 @@ def log_record_model(mlflow_client, run_id: str, files: list[Path], record: dict
     rollouts = int(record["rollouts"])
     found = mlflow_client.search_logged_models(
         [run.info.experiment_id], max_results=1,
-        filter_string=f"source_run_id = '{run_id}' AND tags.`isosweep.rollouts` = '{rollouts}'")
+        filter_string=f"source_run_id = '{run_id}' AND tags.`{ROLLOUTS_TAG}` = '{rollouts}'")
     if found and found[0].status == LoggedModelStatus.READY:
         return found[0].model_id
     tags = run.data.tags
@@ -394,9 +432,9 @@ def log_record_model(mlflow_client, run_id: str, files: list[Path], record: dict
         run.info.experiment_id, name=record_model_name(tags.get(TRIAL_TAG, "trial"), rollouts), source_run_id=run_id,
         params={k: v for k, v in run.data.params.items() if k in ("n", "Bp", "derived.M", "seed")},
         tags={SWEEP_TAG: tags.get(SWEEP_TAG, ""), TRIAL_TAG: tags.get(TRIAL_TAG, ""),
-              "isosweep.config": tags.get("isosweep.config", ""), "isosweep.kind": "record",
-              "isosweep.rollouts": str(rollouts), "isosweep.step": str(int(record["step"])),
-              "isosweep.metric": metric, "isosweep.value": repr(float(record[metric]))})
+              CONFIG_TAG: tags.get(CONFIG_TAG, ""), RUN_KIND_TAG: RECORD_KIND,
+              ROLLOUTS_TAG: str(rollouts), STEP_TAG: str(int(record["step"])),
+              METRIC_TAG: metric, VALUE_TAG: repr(float(record[metric]))})
     if model.model_id not in {o.model_id for o in (run.outputs.model_outputs if run.outputs else [])}:
         mlflow_client.log_outputs(run_id, [LoggedModelOutput(model.model_id, step=rollouts)])
     for file in files:
@@ -467,7 +505,8 @@ def read_curves(mlflow_client, sweep_id: str, k: int) -> list[Curve]:
     """Every child run of ``sweep_id`` as a :class:`Curve` (eval metrics at step = rollouts)."""
     found = mlflow_client.search_runs(
         [experiment_id(mlflow_client)],
-        filter_string=f"tags.`{SWEEP_TAG}` = '{sweep_id}' and tags.`isosweep.kind` = 'trial'", max_results=10_000)
+        filter_string=f"tags.`{SWEEP_TAG}` = '{sweep_id}' and tags.`{RUN_KIND_TAG}` = '{TRIAL_KIND}'",
+        max_results=10_000)
     curves = []
     for run in sorted(found, key=lambda r: r.data.tags[TRIAL_TAG]):
         params = run.data.params
@@ -486,7 +525,7 @@ def read_curves(mlflow_client, sweep_id: str, k: int) -> list[Curve]:
         if not values:
             continue
         curves.append(Curve(
-            key=run.data.tags[TRIAL_TAG], config=run.data.tags["isosweep.config"],
+            key=run.data.tags[TRIAL_TAG], config=run.data.tags[CONFIG_TAG],
             fields={"n": int(params["n"]), "Bp": int(params["Bp"]), "M": int(params["derived.M"]),
                     "seed": int(params["seed"])},
             compute=np.asarray(compute, dtype=float),
@@ -499,10 +538,10 @@ def read_sweep(mlflow_client, parent) -> SweepData:
     """A finished sweep's parent run (from :func:`find_parent` or :func:`finished_grid_sweeps`) with its
     trials' curves and one trial's config, as :class:`SweepData`."""
     sweep_id = parent.data.tags[SWEEP_TAG]
-    k = int(parent.data.tags["isosweep.metric"].split("@")[1])
+    k = int(parent.data.tags[METRIC_TAG].split("@")[1])
     child = mlflow_client.search_runs(
         [experiment_id(mlflow_client)], max_results=1,
-        filter_string=f"tags.`{SWEEP_TAG}` = '{sweep_id}' and tags.`isosweep.kind` = 'trial'")
+        filter_string=f"tags.`{SWEEP_TAG}` = '{sweep_id}' and tags.`{RUN_KIND_TAG}` = '{TRIAL_KIND}'")
     return SweepData(sweep_id=sweep_id, budget=int(parent.data.params["sweep.budget"]),
                      trial_params=dict(child[0].data.params) if child else {},
                      sweep_params=dict(parent.data.params), curves=read_curves(mlflow_client, sweep_id, k))
@@ -541,28 +580,28 @@ def log_frontier(mlflow_client, run_id: str, analysis) -> None:
     metrics = []
     for name, m in analysis.metrics.items():
         for row in m.rows:
-            if row["config"] is None:
+            if row.config is None:
                 continue
-            step = int(row["C"])
-            metrics.append(Metric(mlflow_name(f"frontier/{name}"), row["value"], now, step))
+            step = int(row.C)
+            metrics.append(Metric(mlflow_name(f"frontier/{name}"), row.value, now, step))
             if name == analysis.primary:
-                metrics += [Metric("frontier/n_star", row["n"], now, step), Metric("frontier/Bp_star", row["Bp"], now, step)]
-                if not math.isnan(row.get("p_best", math.nan)):
-                    metrics.append(Metric("frontier/p_best", row["p_best"], now, step))
+                metrics += [Metric("frontier/n_star", row.n, now, step), Metric("frontier/Bp_star", row.Bp, now, step)]
+                if not math.isnan(row.p_best):
+                    metrics.append(Metric("frontier/p_best", row.p_best, now, step))
     seen = {(m.key, m.step, m.value) for key in {m.key for m in metrics}
             for m in mlflow_client.get_metric_history(run_id, key)}
     log_metrics(mlflow_client, run_id, [m for m in metrics if (m.key, m.step, m.value) not in seen])  # `frontier` run again
     primary = analysis.metrics[analysis.primary]
     saturation = primary.saturation
-    mlflow_client.set_tag(run_id, "isosweep.n_star_saturation",
+    mlflow_client.set_tag(run_id, N_STAR_SATURATION_TAG,
                           "none shown" if saturation is None else
                           ("no fit" if math.isnan(saturation) else f"{saturation:.0f}"))
     if primary.verdict:
-        mlflow_client.set_tag(run_id, "isosweep.n_star_verdict", primary.verdict[:5000])
-    if primary.rows and primary.rows[-1]["config"]:
+        mlflow_client.set_tag(run_id, N_STAR_VERDICT_TAG, primary.verdict[:5000])
+    if primary.rows and primary.rows[-1].config:
         last = primary.rows[-1]
-        mlflow_client.set_tag(run_id, "isosweep.best_config_at_budget",
-                              f"tie: {last['config']} ~ {last['runner_up']}" if last.get("tie") else last["config"])
+        mlflow_client.set_tag(run_id, BEST_CONFIG_AT_BUDGET_TAG,
+                              f"tie: {last.config} ~ {last.runner_up}" if last.tie else last.config)
 
 
 def registered_model_name(sweep_id: str) -> str:
@@ -577,14 +616,14 @@ def sweep_records(mlflow_client, sweep_id: str) -> list[dict]:
     while True:
         page = mlflow_client.search_logged_models(
             [experiment], page_token=token, max_results=1000,
-            filter_string=f"tags.`{SWEEP_TAG}` = '{sweep_id}' AND tags.`isosweep.kind` = 'record'")
+            filter_string=f"tags.`{SWEEP_TAG}` = '{sweep_id}' AND tags.`{RUN_KIND_TAG}` = '{RECORD_KIND}'")
         found += [m for m in page if m.status == LoggedModelStatus.READY]
         token = page.token
         if not token:
             break
     return [{"model_id": m.model_id, "run_id": m.source_run_id, "trial": m.tags[TRIAL_TAG],
-             "config": m.tags["isosweep.config"], "rollouts": int(m.tags["isosweep.rollouts"]),
-             "metric": m.tags["isosweep.metric"], "value": float(m.tags["isosweep.value"])} for m in found]
+             "config": m.tags[CONFIG_TAG], "rollouts": int(m.tags[ROLLOUTS_TAG]),
+             "metric": m.tags[METRIC_TAG], "value": float(m.tags[VALUE_TAG])} for m in found]
 
 
 def frontier_checkpoint(records: list[dict], config: str, C: float) -> dict | None:
@@ -620,45 +659,45 @@ def register_frontier(mlflow_client, sweep_id: str, analysis) -> list[dict]:
     name, metric = registered_model_name(sweep_id), f"eval/{analysis.primary}"
     records = sweep_records(mlflow_client, sweep_id)
     table = analysis.metrics[analysis.primary].rows
-    rows = [row for row in table if row["config"]]
-    picks = [(row, frontier_checkpoint(records, row["config"], row["C"])) for row in rows]
+    rows = [row for row in table if row.config]
+    picks = [(row, frontier_checkpoint(records, row.config, row.C)) for row in rows]
     picks = [(row, pick) for row, pick in picks if pick is not None]
     if not picks:
         return []
     try:
         mlflow_client.create_registered_model(
-            name, tags={SWEEP_TAG: sweep_id, "isosweep.metric": metric},
+            name, tags={SWEEP_TAG: sweep_id, METRIC_TAG: metric},
             description=f"The frontier winners of sweep {sweep_id}: one version per compute C of its frontier table "
-                        f"(tag isosweep.C, alias c<C>; `budget` for the largest C), best {metric} checkpoint of the "
+                        f"(tag {C_TAG}, alias c<C>; `budget` for the largest C), best {metric} checkpoint of the "
                         "winning config within C rollouts.")
     except MlflowException as err:
         if err.error_code != "RESOURCE_ALREADY_EXISTS":
             raise
     # a version's source is the logged model's URI (its model_id field does not come back from the server)
-    have = {(v.tags.get("isosweep.C"), v.source): v.version
+    have = {(v.tags.get(C_TAG), v.source): v.version
             for v in mlflow_client.search_model_versions(f"name = '{name}'", max_results=10_000)}
     done = []
     for row, pick in picks:
-        C = f"{row['C']:.0f}"
+        C = f"{row.C:.0f}"
         source = f"models:/{pick['model_id']}"
         version = have.get((C, source))
         if version is None:
-            tags = {"isosweep.C": C, "isosweep.config": row["config"], "isosweep.metric": metric,
-                    "isosweep.value": f"{row['value']:.4f}", "isosweep.trial": pick["trial"],
-                    "isosweep.rollouts": str(pick["rollouts"]), "isosweep.record_value": f"{pick['value']:.4f}"}
-            if not math.isnan(row.get("p_best", math.nan)):
-                tags["isosweep.p_best"] = f"{row['p_best']:.2f}"
-            if row.get("tie"):
-                tags["isosweep.tie"] = row["runner_up"]
+            tags = {C_TAG: C, CONFIG_TAG: row.config, METRIC_TAG: metric, VALUE_TAG: f"{row.value:.4f}",
+                    TRIAL_TAG: pick["trial"], ROLLOUTS_TAG: str(pick["rollouts"]),
+                    RECORD_VALUE_TAG: f"{pick['value']:.4f}"}
+            if not math.isnan(row.p_best):
+                tags[P_BEST_TAG] = f"{row.p_best:.2f}"
+            if row.tie:
+                tags[TIE_TAG] = row.runner_up
             version = mlflow_client.create_model_version(
                 name, source, run_id=pick["run_id"], model_id=pick["model_id"], tags=tags, await_creation_for=0,
-                description=f"Best of sweep {sweep_id} at C = {row['C']:,.0f} rollouts: {row['config']} "
-                            f"({metric} {row['value']:.4f} on the frontier); checkpoint of trial {pick['trial']} "
+                description=f"Best of sweep {sweep_id} at C = {row.C:,.0f} rollouts: {row.config} "
+                            f"({metric} {row.value:.4f} on the frontier); checkpoint of trial {pick['trial']} "
                             f"at {pick['rollouts']:,} rollouts ({pick['metric']} {pick['value']:.4f}).").version
         aliases = [f"c{C}", *(["budget"] if row is table[-1] else [])]
         for alias in aliases:
             mlflow_client.set_registered_model_alias(name, alias, version)
-        done.append({"C": row["C"], "config": row["config"], "version": str(version), "model_id": pick["model_id"],
+        done.append({"C": row.C, "config": row.config, "version": str(version), "model_id": pick["model_id"],
                      "trial": pick["trial"], "rollouts": pick["rollouts"], "aliases": aliases,
                      "new": (C, source) not in have})
     return done
@@ -680,10 +719,9 @@ def close_hpo_trial(mlflow_client, uri: str, parent_id: str, sweep_id: str, cfg,
         for name, value in tags.items():
             mlflow_client.set_tag(run_id, name, value)
         run = mlflow_client.get_run(run_id)
-    stop = {"isosweep.stop_reason": entry.stop_reason, "isosweep.hpo.cost": f"{entry.cost:.1f}",
-            "isosweep.hpo.reached_rollouts": str(entry.reached)}
+    stop = {STOP_REASON_TAG: entry.stop_reason, HPO_COST_TAG: f"{entry.cost:.1f}", HPO_REACHED_TAG: str(entry.reached)}
     if reason is not None:
-        stop["isosweep.stop_detail"] = str(reason)[:5000]
+        stop[STOP_DETAIL_TAG] = str(reason)[:5000]
     for name, value in stop.items():
         mlflow_client.set_tag(run.info.run_id, name, value)
     if run.info.status == "RUNNING":
@@ -713,10 +751,10 @@ def log_hpo_summary(mlflow_client, parent_id: str, result: dict, files: list) ->
     for path in files:
         mlflow_client.log_artifact(parent_id, str(path), artifact_path="hpo")
     if result["recommended"]:
-        mlflow_client.set_tag(parent_id, "isosweep.recommended", json.dumps(result["recommended"]))
+        mlflow_client.set_tag(parent_id, RECOMMENDED_TAG, json.dumps(result["recommended"]))
     if result["best_target"]:
         best = result["best_target"]
-        mlflow_client.set_tag(parent_id, "isosweep.best_target", f"{best['value']:.4f} ({best['trial']})")
+        mlflow_client.set_tag(parent_id, BEST_TARGET_TAG, f"{best['value']:.4f} ({best['trial']})")
 
 
 # ------------------------------------------------------------------------------- recommendations
@@ -727,12 +765,11 @@ def log_recommendation(mlflow_client, rec: dict, files: list[Path]) -> str:
     budget, the sweeps it rests on and the allocation; the predicted value, interval and P(best) as metrics
     (step = C); ``files`` (the JSON, the interval plot, a suggested sweep) as artifacts. Returns the run id."""
     sweeps = ",".join(s["sweep_id"] for s in rec["sources"])
-    tags = {"isosweep.kind": "recommendation", "isosweep.budget": f"{rec['C']:.0f}", "isosweep.sweeps": sweeps[:5000],
-            "isosweep.metric": rec["metric"], "isosweep.recommended": rec["config"] or "none",
-            "isosweep.extrapolated": str(rec["extrapolated"]).lower(),
-            "mlflow.runName": f"recommend-{rec['C']:.0f}",
-            "mlflow.note.content": "\n".join(rec["warnings"]) or "no warnings"}
-    run = mlflow_client.create_run(experiment_id(mlflow_client), tags=tags, run_name=tags["mlflow.runName"])
+    tags = {RUN_KIND_TAG: RECOMMENDATION_KIND, BUDGET_TAG: f"{rec['C']:.0f}", SWEEPS_TAG: sweeps[:5000],
+            METRIC_TAG: rec["metric"], RECOMMENDED_TAG: rec["config"] or "none",
+            EXTRAPOLATED_TAG: str(rec["extrapolated"]).lower(), RUN_NAME_TAG: f"recommend-{rec['C']:.0f}",
+            NOTE_TAG: "\n".join(rec["warnings"]) or "no warnings"}
+    run = mlflow_client.create_run(experiment_id(mlflow_client), tags=tags, run_name=tags[RUN_NAME_TAG])
     run_id = run.info.run_id
     _log_params(mlflow_client, run_id, {"budget": f"{rec['C']:.0f}", "n": rec["n"], "Bp": rec["Bp"], "M": rec["M"],
                                         "metric": rec["metric"], "replicates": rec["replicates"]})
