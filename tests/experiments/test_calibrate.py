@@ -1,5 +1,7 @@
 """The learning-rate pilot's judgement of a trial, its pick and its summary (on made-up trials)."""
 
+import dataclasses
+import math
 from pathlib import Path
 
 import pytest
@@ -8,6 +10,8 @@ from isosweep.experiments.calibrate import (
     COLLAPSE_DROP,
     KL_MAX,
     PEAK_DROP,
+    Judgement,
+    PilotTrial,
     grid_batches,
     judge,
     pick,
@@ -26,7 +30,8 @@ def trial(values, entropy=(0.4, 0.4, 0.4), kl=(0.01, 0.01, 0.01)):
 
 def test_gain_is_the_mean_of_the_last_two_evals_minus_the_base():
     verdict = judge(*trial([0.60, 0.62, 0.66, 0.70]), k=4)
-    assert verdict["gain"] == pytest.approx(0.68 - 0.60) and verdict["healthy"] and verdict["problems"] == ""
+    assert verdict.gain == pytest.approx(0.68 - 0.60) and verdict.healthy and verdict.problems == ""
+    assert math.isnan(verdict.eval_se) and list(verdict.to_json())[:3] == ["base", "end", "gain"]
 
 
 @pytest.mark.parametrize("values, entropy, kl, problem", [
@@ -37,17 +42,20 @@ def test_gain_is_the_mean_of_the_last_two_evals_minus_the_base():
 ])
 def test_each_health_rule_flags_its_failure(values, entropy, kl, problem):
     verdict = judge(*trial(values, entropy or (0.4, 0.4, 0.4), kl or (0.01, 0.01, 0.01)), k=4)
-    assert not verdict["healthy"] and problem in verdict["problems"]
+    assert not verdict.healthy and problem in verdict.problems
 
 
 def test_a_dip_within_the_collapse_margin_is_healthy():
-    assert judge(*trial([0.60, 0.60 - COLLAPSE_DROP / 2, 0.62, 0.63]), k=4)["healthy"]
+    assert judge(*trial([0.60, 0.60 - COLLAPSE_DROP / 2, 0.62, 0.63]), k=4).healthy
 
 
-def rows(table):
-    """``{lr: {batch: [(gain, healthy) per seed]}}`` as pilot rows."""
-    return [{"lr_ref": lr, "batch": b, "lr": lr * (b / 128) ** 0.5, "seed": s, "gain": g, "healthy": h, "Bp": 16, "n": b // 16,
-             "problems": "" if h else "fell", "_records": trial([0.6, 0.6 + g, 0.6 + g])[0]}
+def rows(table, eval_se=math.nan):
+    """``{lr: {batch: [(gain, healthy) per seed]}}`` as pilot trials."""
+    def judged(g, h):
+        return Judgement(0.6, 0.6 + g, g, eval_se, 0.6 + g, 0.4, 0.4, 0.01, h, "" if h else "fell")
+
+    return [PilotTrial(lr, 16, b // 16, b, lr * (b / 128) ** 0.5, s, judged(g, h),
+                       trial([0.6, 0.6 + g, 0.6 + g])[0])
             for lr, by_batch in table.items() for b, seeds in by_batch.items() for s, (g, h) in enumerate(seeds)]
 
 
@@ -58,21 +66,18 @@ def test_the_pick_is_the_best_worst_batch_gain_among_lrs_healthy_at_both_batches
              3e-4: {64: [(0.30, True), (0.30, False)], 512: [(0.3, True)] * 2}}  # one unhealthy seed
     chosen, per_lr = pick(rows(table))
     assert chosen == 3e-5
-    assert per_lr[1e-4]["worst_gain"] == pytest.approx(0.02) and not per_lr[3e-4]["healthy"]
+    assert per_lr[1e-4].worst_gain == pytest.approx(0.02) and not per_lr[3e-4].healthy
 
 
 def test_worst_batch_gains_within_their_noise_tie_and_the_larger_lr_is_picked():
     table = {4e-6: {64: [(0.015, True), (0.017, True)], 512: [(0.007, True), (0.007, True)]},
              1e-5: {64: [(0.030, True), (0.014, True)], 512: [(0.009, True), (-0.009, True)]},
              2.5e-5: {64: [(0.05, True)] * 2, 512: [(-0.04, False)] * 2}}
-    data = rows(table)
-    chosen, per_lr = pick(data)
-    assert per_lr[1e-5]["worst_gain"] == pytest.approx(0.0) and per_lr[1e-5]["se"] == pytest.approx(0.009)
-    assert per_lr[1e-5]["tied"] and per_lr[4e-6]["tied"] and chosen == 1e-5
+    chosen, per_lr = pick(rows(table))
+    assert per_lr[1e-5].worst_gain == pytest.approx(0.0) and per_lr[1e-5].se == pytest.approx(0.009)
+    assert per_lr[1e-5].tied and per_lr[4e-6].tied and chosen == 1e-5
     # the eval noise sets a floor under two seeds that happen to agree
-    for r in data:
-        r["eval_se"] = 0.013
-    assert pick(data)[1][4e-6]["se"] == pytest.approx(0.013 * 1.5 ** 0.5 / 2 ** 0.5)
+    assert pick(rows(table, eval_se=0.013))[1][4e-6].se == pytest.approx(0.013 * 1.5 ** 0.5 / 2 ** 0.5)
 
 
 def test_a_measurably_better_smaller_lr_wins():
@@ -95,6 +100,9 @@ def test_the_summary_says_when_the_pick_is_at_the_edge_of_the_grid(tmp_path):
     assert "lr_ref = 1e-05" in summary and "smallest lr_ref tried" in summary and "Extend the grid down" in summary
     assert "| 3e-05 | +0.060 ± 0.000 (lr 2.1e-05) | -0.030 ± 0.000 ✗ (lr 6e-05) | no |" in summary
     assert (tmp_path / "pilot.csv").read_text().count("\n") == len(data) + 1 and (tmp_path / "calibration.png").exists()
+    header = (tmp_path / "pilot.csv").read_text().splitlines()[0]
+    judged = [f.name for f in dataclasses.fields(Judgement)]
+    assert header == ",".join(["lr_ref", "Bp", "n", "batch", "lr", "seed", *judged])
 
 
 def test_the_pilot_batches_are_the_smallest_and_largest_of_the_default_grid():
@@ -136,7 +144,7 @@ def test_a_rerun_over_finished_trials_reads_them_without_starting_ray(tmp_path):
     chosen, rows = run_pilot(tmp_path, 20000, trial_file=trial_file, sweep_file=SWEEP, lrs=lrs, seeds=(0,),
                              log=lambda _: None)
     assert not ray.is_initialized()
-    assert chosen == 3e-5 and len(rows) == 4 and all(r["gain"] == pytest.approx(gains[r["lr_ref"]]) for r in rows)
+    assert chosen == 3e-5 and len(rows) == 4 and all(r.judged.gain == pytest.approx(gains[r.lr_ref]) for r in rows)
     assert "**Pick**: lr_ref = 3e-05" in (tmp_path / "summary.md").read_text()
 
 

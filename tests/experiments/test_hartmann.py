@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 
@@ -12,6 +13,8 @@ from botorch.test_functions.synthetic import Hartmann
 
 from isosweep.experiments.hartmann import (
     HARTMANN_MAX,
+    Reach,
+    SeedComparison,
     TracePoint,
     TwoFidelityHartmann,
     cost_to_reach,
@@ -96,6 +99,19 @@ def test_jfhpo_reaches_regret_cheaper_than_random():
     budget = 60.0
     rows = compare([0, 1, 2], budget, threshold=0.8, jf_max_trials=40, num_restarts=2, raw_samples=64,
                    log=print)
-    assert all(math.isfinite(row["jfhpo"]) for row in rows.values())
-    ratios = [row["ratio"] for row in rows.values()]
+    assert all(math.isfinite(row.methods["jfhpo"].cost) for row in rows.values())
+    ratios = [row.ratio for row in rows.values()]
     assert statistics.median(ratios) < 0.7
+
+
+def test_a_seeds_comparison_reads_back_from_its_flat_json_with_never_as_null():
+    """``per_seed`` of ``bench/hpo.json``'s synthetic part: ``<method>``, ``<method>_final_regret``, ``_trials``,
+    ``_spent`` per method, then ``ratio``; a threshold never reached is ``inf`` in the data and null in the file."""
+    row = SeedComparison({"jfhpo": Reach(3.5, 0.7, 20, 3.5), "random": Reach(math.inf, 2.1, 55, 60.5)}, 3.5 / 60.0)
+    data = json.loads(json.dumps(row.to_json()))
+    assert list(data) == ["jfhpo", "jfhpo_final_regret", "jfhpo_trials", "jfhpo_spent", "random",
+                          "random_final_regret", "random_trials", "random_spent", "ratio"]
+    assert data["random"] is None and data["jfhpo_trials"] == 20
+    assert SeedComparison.from_json(data) == row
+    never = SeedComparison({"jfhpo": Reach(math.inf, math.inf, 0, 0.0), "random": Reach(2.0, 0.5, 3, 2.0)}, math.inf)
+    assert SeedComparison.from_json(json.loads(json.dumps(never.to_json()))) == never

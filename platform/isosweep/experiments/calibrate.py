@@ -33,6 +33,7 @@ import csv
 import math
 import statistics
 from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from isosweep.spec.grid import load_sweep
@@ -51,6 +52,58 @@ KL_MAX = 0.5
 TIE_SE = 2.0
 
 
+@dataclass(frozen=True)
+class Judgement:
+    """Gain and health of one trial (see the module docstring): mean@k at the base and at the end, the gain, the
+    last evaluation's standard error (NaN where not logged), the best evaluation, entropy at the first step and
+    over the last third, mean KL over the last third (NaN where not measured), and the problems found."""
+
+    base: float
+    end: float
+    gain: float
+    eval_se: float
+    best: float
+    entropy0: float
+    entropy_end: float
+    kl_end: float
+    healthy: bool
+    problems: str
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PilotTrial:
+    """One trial of the pilot (a row of ``pilot.csv``): its lr_ref, batch shape, the learning rate it ran at, its
+    seed and its judgement; its eval records for the plot."""
+
+    lr_ref: float
+    Bp: int
+    n: int
+    batch: int
+    lr: float
+    seed: int
+    judged: Judgement
+    records: list[dict] = field(default_factory=list, compare=False, repr=False)
+
+    def to_json(self) -> dict:
+        """The row of ``pilot.csv``."""
+        return {"lr_ref": self.lr_ref, "Bp": self.Bp, "n": self.n, "batch": self.batch, "lr": self.lr,
+                "seed": self.seed, **self.judged.to_json()}
+
+
+@dataclass(frozen=True)
+class LrVerdict:
+    """One lr_ref's worst-batch mean gain, its standard error, whether every trial of it is healthy, and whether
+    it ties with the best healthy lr_ref."""
+
+    worst_gain: float
+    se: float
+    healthy: bool
+    tied: bool = False
+
+
 def grid_batches(sweep_file: Path) -> list[tuple[int, int]]:
     """The (Bp, n) of the smallest and the largest batch of ``sweep_file``'s grid; a :class:`ConfigError` naming
     the file when every point of it has one batch (a fixed-batch grid: nothing for the pilot to span)."""
@@ -62,7 +115,7 @@ def grid_batches(sweep_file: Path) -> list[tuple[int, int]]:
     return [small, large]
 
 
-def judge(records: list[dict], steps: list[dict], k: int) -> dict:
+def judge(records: list[dict], steps: list[dict], k: int) -> Judgement:
     """Gain and health of one trial (see the module docstring)."""
     key = f"eval/mean@{k}"
     values = [r[key] for r in records]
@@ -82,43 +135,44 @@ def judge(records: list[dict], steps: list[dict], k: int) -> dict:
     if kls and kl_end > KL_MAX:
         problems.append(f"KL {kl_end:.3f} > {KL_MAX}")
     stderr = records[-1].get(f"eval/stderr_mean@{k}", math.nan)
-    return {"base": base, "end": end, "gain": end - base, "eval_se": stderr, "best": max(values), "entropy0": entropy0,
-            "entropy_end": entropy_end, "kl_end": kl_end, "healthy": not problems, "problems": "; ".join(problems)}
+    return Judgement(base, end, end - base, stderr, max(values), entropy0, entropy_end, kl_end, not problems,
+                     "; ".join(problems))
 
 
-def cell_stderr(cell: list[dict]) -> float:
+def cell_stderr(cell: list[Judgement]) -> float:
     """Standard error of the mean gain of one (lr, batch) cell's trials (see the module docstring)."""
-    gains = [r["gain"] for r in cell]
+    gains = [r.gain for r in cell]
     seeds = statistics.stdev(gains) / math.sqrt(len(gains)) if len(gains) > 1 else 0.0
-    eval_se = [r["eval_se"] for r in cell if not math.isnan(r.get("eval_se", math.nan))]
+    eval_se = [r.eval_se for r in cell if not math.isnan(r.eval_se)]
     from_eval = statistics.fmean(eval_se) * math.sqrt(1.5) / math.sqrt(len(gains)) if eval_se else 0.0
     return max(seeds, from_eval)
 
 
-def pick(rows: list[dict]) -> tuple[float | None, dict[float, dict]]:
+def pick(rows: list[PilotTrial]) -> tuple[float | None, dict[float, LrVerdict]]:
     """The chosen ``lr_ref`` (None if none is healthy everywhere) and, per lr, its worst-batch mean gain with
     its standard error, its health and whether it ties with the best (see the module docstring)."""
-    per_lr: dict[float, dict] = {}
-    for lr in sorted({r["lr_ref"] for r in rows}):
-        mine = [r for r in rows if r["lr_ref"] == lr]
-        cells = {b: [r for r in mine if r["batch"] == b] for b in sorted({r["batch"] for r in mine})}
-        worst = min(cells, key=lambda b: statistics.fmean(r["gain"] for r in cells[b]))
-        per_lr[lr] = {"worst_gain": statistics.fmean(r["gain"] for r in cells[worst]), "se": cell_stderr(cells[worst]),
-                      "healthy": all(r["healthy"] for r in mine), "tied": False}
-    healthy = [lr for lr, v in per_lr.items() if v["healthy"]]
+    per_lr: dict[float, LrVerdict] = {}
+    for lr in sorted({r.lr_ref for r in rows}):
+        mine = [r.judged for r in rows if r.lr_ref == lr]
+        cells = {b: [r.judged for r in rows if r.lr_ref == lr and r.batch == b]
+                 for b in sorted({r.batch for r in rows if r.lr_ref == lr})}
+        worst = min(cells, key=lambda b: statistics.fmean(r.gain for r in cells[b]))
+        per_lr[lr] = LrVerdict(statistics.fmean(r.gain for r in cells[worst]), cell_stderr(cells[worst]),
+                               all(r.healthy for r in mine))
+    healthy = [lr for lr, v in per_lr.items() if v.healthy]
     if not healthy:
         return None, per_lr
-    best = max(healthy, key=lambda lr: per_lr[lr]["worst_gain"])
+    b = per_lr[max(healthy, key=lambda lr: per_lr[lr].worst_gain)]
     for lr in healthy:
-        v, b = per_lr[lr], per_lr[best]
-        v["tied"] = v["worst_gain"] >= b["worst_gain"] - TIE_SE * math.hypot(v["se"], b["se"])
-    return max(lr for lr in healthy if per_lr[lr]["tied"]), per_lr
+        v = per_lr[lr]
+        per_lr[lr] = replace(v, tied=v.worst_gain >= b.worst_gain - TIE_SE * math.hypot(v.se, b.se))
+    return max(lr for lr in healthy if per_lr[lr].tied), per_lr
 
 
 def run_pilot(out: str | Path, budget: int, trial_file: Path = Path("sweeps/trials/easy.yaml"),
               sweep_file: Path = Path("sweeps/isocompute-easy.yaml"), lrs: tuple[float, ...] = LRS,
               seeds: tuple[int, ...] = SEEDS, extra: list[str] | None = None, address: str | None = None,
-              log: Callable[[str], None] = print) -> tuple[float | None, list[dict]]:
+              log: Callable[[str], None] = print) -> tuple[float | None, list[PilotTrial]]:
     """Run (resuming) every trial of the pilot and write its outputs; returns the pick and the rows."""
     batches = grid_batches(sweep_file)  # a grid it cannot pilot says so before any folder is made
     out = Path(out)
@@ -141,27 +195,28 @@ def run_pilot(out: str | Path, budget: int, trial_file: Path = Path("sweeps/tria
                         ray_started = True
                     records = run_trial(cfg, run_dir, address=address, log=log)
                 steps = trial.steps()
-                rows.append({"lr_ref": lr, "Bp": bp, "n": n, "batch": bp * n, "lr": learning_rate(cfg), "seed": seed,
-                             **judge(records, steps, cfg.eval.k), "_records": records})
+                rows.append(PilotTrial(lr, bp, n, bp * n, learning_rate(cfg), seed, judge(records, steps, cfg.eval.k),
+                                       records))
     chosen, per_lr = pick(rows)
     write_outputs(out, rows, chosen, per_lr, budget, trial_file)
     return chosen, rows
 
 
-def write_outputs(out: Path, rows: list[dict], chosen: float | None, per_lr: dict[float, dict], budget: int,
-                  trial_file: Path) -> None:
+def write_outputs(out: Path, rows: list[PilotTrial], chosen: float | None, per_lr: dict[float, LrVerdict],
+                  budget: int, trial_file: Path) -> None:
+    """``pilot.csv``, ``summary.md`` and ``calibration.png`` in ``out``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    columns = [c for c in rows[0] if not c.startswith("_")]
+    table = [r.to_json() for r in rows]
     with open(out / "pilot.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
+        writer = csv.DictWriter(f, fieldnames=list(table[0]))
         writer.writeheader()
-        writer.writerows({c: r[c] for c in columns} for r in rows)
+        writer.writerows(table)
 
-    batches = sorted({r["batch"] for r in rows})
+    batches = sorted({r.batch for r in rows})
     lines = [f"# Learning-rate pilot ({trial_file}, C = {budget:,} rollouts per trial)", "",
              "Gain = mean@k at the end (mean of the last two evals) minus the base model's, mean over seeds "
              "(± half the spread of the seeds); ✗ marks an unhealthy trial; in brackets the learning rate the "
@@ -171,15 +226,15 @@ def write_outputs(out: Path, rows: list[dict], chosen: float | None, per_lr: dic
     for lr, verdict in per_lr.items():
         cells = []
         for b in batches:
-            mine = [r for r in rows if r["lr_ref"] == lr and r["batch"] == b]
-            gains = [r["gain"] for r in mine]
+            mine = [r for r in rows if r.lr_ref == lr and r.batch == b]
+            gains = [r.judged.gain for r in mine]
             half = (max(gains) - min(gains)) / 2 if len(gains) > 1 else math.nan
-            cells.append(f"{statistics.fmean(gains):+.3f} ± {half:.3f}" + (" ✗" if not all(r["healthy"] for r in mine)
-                                                                           else "") + f" (lr {mine[0]['lr']:.2g})")
-        lines.append(f"| {lr:g} | " + " | ".join(cells) + f" | {'yes' if verdict['healthy'] else 'no'} |")
-    tied = [lr for lr, v in per_lr.items() if v["tied"]]
+            cells.append(f"{statistics.fmean(gains):+.3f} ± {half:.3f}"
+                         + (" ✗" if not all(r.judged.healthy for r in mine) else "") + f" (lr {mine[0].lr:.2g})")
+        lines.append(f"| {lr:g} | " + " | ".join(cells) + f" | {'yes' if verdict.healthy else 'no'} |")
+    tied = [lr for lr, v in per_lr.items() if v.tied]
     lines += ["", "Worst-batch gain per healthy lr_ref (± standard error): " + ", ".join(
-        f"{lr:g} {v['worst_gain']:+.3f} ± {v['se']:.3f}" for lr, v in per_lr.items() if v["healthy"]) + "."]
+        f"{lr:g} {v.worst_gain:+.3f} ± {v.se:.3f}" for lr, v in per_lr.items() if v.healthy) + "."]
     if len(tied) > 1:
         lines += [f"Tied within {TIE_SE:g} standard errors of the best: {', '.join(f'{lr:g}' for lr in tied)}; the "
                   "pick is the largest of them (the fastest healthy progress)."]
@@ -189,19 +244,19 @@ def write_outputs(out: Path, rows: list[dict], chosen: float | None, per_lr: dic
         lines += ["", f"The pick is the {side} lr_ref tried: the best healthy value may lie beyond it. Extend the grid "
                       f"{'down' if side == 'smallest' else 'up'} before reading it as an optimum."]
     lines += ["", "Unhealthy trials:", ""]
-    lines += [f"- lr {r['lr_ref']:g}, batch {r['batch']}, seed {r['seed']}: {r['problems']}"
-              for r in rows if not r["healthy"]] or ["- none"]
+    lines += [f"- lr {r.lr_ref:g}, batch {r.batch}, seed {r.seed}: {r.judged.problems}"
+              for r in rows if not r.judged.healthy] or ["- none"]
     (out / "summary.md").write_text("\n".join(lines) + "\n")
 
     fig, axes = plt.subplots(1, len(batches), figsize=(6 * len(batches), 4.5), squeeze=False)
     colours = plt.cm.viridis([i / max(1, len(per_lr) - 1) for i in range(len(per_lr))])
     for ax, b in zip(axes[0], batches):
         for colour, lr in zip(colours, per_lr):
-            for r in (r for r in rows if r["lr_ref"] == lr and r["batch"] == b):
-                key = next(k for k in r["_records"][0] if k.startswith("eval/mean@"))
-                ax.plot([max(x["rollouts"], 1) for x in r["_records"]], [x[key] for x in r["_records"]], color=colour,
-                        marker="o", ms=3, label=f"lr {lr:g}" if r["seed"] == rows[0]["seed"] else None,
-                        ls="-" if r["seed"] == rows[0]["seed"] else "--")
+            for r in (r for r in rows if r.lr_ref == lr and r.batch == b):
+                key = next(k for k in r.records[0] if k.startswith("eval/mean@"))
+                ax.plot([max(x["rollouts"], 1) for x in r.records], [x[key] for x in r.records], color=colour,
+                        marker="o", ms=3, label=f"lr {lr:g}" if r.seed == rows[0].seed else None,
+                        ls="-" if r.seed == rows[0].seed else "--")
         ax.set(xscale="log", title=f"batch {b} rollouts/step", xlabel="rollouts", ylabel="eval mean@k")
         ax.legend(fontsize=8)
     fig.tight_layout()

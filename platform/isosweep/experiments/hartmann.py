@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from botorch.test_functions.multi_fidelity import AugmentedHartmann
@@ -134,9 +134,49 @@ def make_searchers(seed: int, cost_budget: float, *, fixed_cost: float = 0.1, jf
     }
 
 
+@dataclass(frozen=True)
+class Reach:
+    """One method's study on one seed: the cost at which it reached the threshold (``inf``: never), the regret of
+    its last recommendation (``inf``: it ran no trial), its trials and what it spent."""
+
+    cost: float
+    final_regret: float
+    trials: int
+    spent: float
+
+
+@dataclass(frozen=True)
+class SeedComparison:
+    """JF-HPO against random search on one seed: each method's :class:`Reach` (key: method) and ``ratio``, JF-HPO's
+    cost over random search's (random's ``inf`` replaced by the study budget). In JSON (``per_seed`` of
+    ``bench/hpo.json``'s ``synthetic``) flat: ``<method>``, ``<method>_final_regret``, ``<method>_trials``,
+    ``<method>_spent``, then ``ratio``; ``inf`` written as null."""
+
+    methods: dict[str, Reach]
+    ratio: float
+
+    def figures(self) -> list[tuple[str, float]]:
+        """The flat ``(name, value)`` pairs of the JSON, ``inf`` kept."""
+        out: list[tuple[str, float]] = []
+        for name, reach in self.methods.items():
+            out += [(name, reach.cost), (f"{name}_final_regret", reach.final_regret), (f"{name}_trials", reach.trials),
+                    (f"{name}_spent", reach.spent)]
+        return out + [("ratio", self.ratio)]
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: value if math.isfinite(value) else None for name, value in self.figures()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SeedComparison:
+        inf = lambda v: math.inf if v is None else v  # noqa: E731
+        return cls({name: Reach(inf(data[name]), inf(data[f"{name}_final_regret"]), int(data[f"{name}_trials"]),
+                                inf(data[f"{name}_spent"]))
+                    for name in data if f"{name}_trials" in data}, inf(data["ratio"]))
+
+
 def compare_on_hartmann(seeds: Sequence[int], cost_budget: float, threshold: float = 0.8, *, fixed_cost: float = 0.1,
             noise_std: float = 0.0, jf_max_trials: int = 40, num_restarts: int = 2, raw_samples: int = 64,
-            n_init: int = 8, log: Callable[[str], None] | None = None) -> dict[int, dict[str, float]]:
+            n_init: int = 8, log: Callable[[str], None] | None = None) -> dict[int, SeedComparison]:
     """Per seed: cost for JF-HPO and for random search to reach regret <= ``threshold``.
 
     Both methods get the same study budget ``cost_budget`` (in target-trial units: a target trial
@@ -146,24 +186,22 @@ def compare_on_hartmann(seeds: Sequence[int], cost_budget: float, threshold: flo
     JF-HPO is also capped at ``jf_max_trials`` trials to bound the GP's size (cheap trials would
     otherwise let it run hundreds).
 
-    Random search is weak on Hartmann-6 (its peaks are narrow): over 10 seeds at a budget of 400,
-    it reached regret 0.8 in 3 and regret 0.5 in none, so thresholds much below 0.8 only measure
-    JF-HPO against the censoring budget.
+    Random search is weak on Hartmann-6 (its peaks are narrow), so at a low ``threshold`` random's
+    cost is mostly the censoring ``cost_budget`` and the ratio measures JF-HPO against that budget.
     """
-    out: dict[int, dict[str, float]] = {}
+    out: dict[int, SeedComparison] = {}
     for seed in seeds:
-        row: dict[str, float] = {}
+        reached: dict[str, Reach] = {}
         for name, searcher in make_searchers(seed, cost_budget, fixed_cost=fixed_cost, jf_max_trials=jf_max_trials,
                                              num_restarts=num_restarts, raw_samples=raw_samples,
                                              n_init=n_init).items():
             trace = run_study(searcher, TwoFidelityHartmann(fixed_cost=fixed_cost, noise_std=noise_std, seed=seed),
                               stop_regret=threshold)
-            row[name] = cost_to_reach(trace, threshold)
-            row[f"{name}_final_regret"] = trace[-1].regret if trace else math.inf
-            row[f"{name}_trials"] = len(trace)
-            row[f"{name}_spent"] = trace[-1].cost if trace else 0.0
-        row["ratio"] = row["jfhpo"] / (row["random"] if math.isfinite(row["random"]) else cost_budget)
+            reached[name] = Reach(cost_to_reach(trace, threshold), trace[-1].regret if trace else math.inf,
+                                  len(trace), trace[-1].cost if trace else 0.0)
+        random = reached["random"].cost
+        row = SeedComparison(reached, reached["jfhpo"].cost / (random if math.isfinite(random) else cost_budget))
         out[seed] = row
         if log is not None:
-            log(f"seed {seed}: " + ", ".join(f"{k}={v:.3g}" for k, v in row.items()))
+            log(f"seed {seed}: " + ", ".join(f"{k}={v:.3g}" for k, v in row.figures()))
     return out

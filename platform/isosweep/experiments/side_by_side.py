@@ -34,8 +34,9 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -85,6 +86,13 @@ class Setup:
         return cls(size, str(path), cfg.task.name, cfg.seed, Bp, n, max_new_tokens, cfg.rollout.temperature,
                    learning_rate(cfg), kl_coef(cfg), cfg.algorithm.clip_low, cfg.algorithm.clip_high,
                    cfg.algorithm.grad_clip, overrides[:-1])
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "overrides": list(self.overrides)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Setup:
+        return cls(**{**data, "overrides": tuple(data["overrides"])})
 
     def trial_config(self, steps: int, trial_yaml: str = "sweeps/trials/easy.yaml"):
         """The isosweep trial of this setting: ``steps`` steps, evaluated at the start and the end only."""
@@ -157,7 +165,142 @@ def run_torch(setup: Setup, steps: int, overlap: bool = False) -> list[float]:
     return seconds
 
 
-def run_isosweep(setup: Setup, steps: int, out: Path) -> dict:
+@dataclass(frozen=True)
+class TrialCost:
+    """Where an isosweep run's time went beyond its steps: the engine and launcher it picked, the trial's wall
+    seconds, its fixed cost (wall time less its steps and evaluations), its first evaluation, the median
+    ``time/*`` of its steady-state steps (``split_s``) and its first eval record's ``time/start_*`` (``start_s``).
+    ``ray_start_s``: the Ray start that runs before the in-process launcher measured (None since; its ``launcher``
+    is None in those runs' figures)."""
+
+    engine: str
+    launcher: str | None
+    trial_wall_s: float
+    fixed_s: float
+    first_eval_s: float
+    split_s: dict[str, float]
+    start_s: dict[str, float]
+    ray_start_s: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"engine": self.engine}
+        if self.launcher is not None:
+            out["launcher"] = self.launcher
+        if self.ray_start_s is not None:
+            out["ray_start_s"] = self.ray_start_s
+        return {**out, "trial_wall_s": self.trial_wall_s, "fixed_s": self.fixed_s, "first_eval_s": self.first_eval_s,
+                "split_s": dict(self.split_s), "start_s": dict(self.start_s)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TrialCost:
+        return cls(engine=data["engine"], launcher=data.get("launcher"), trial_wall_s=data["trial_wall_s"],
+                   fixed_s=data["fixed_s"], first_eval_s=data["first_eval_s"], split_s=dict(data["split_s"]),
+                   start_s=dict(data["start_s"]), ray_start_s=data.get("ray_start_s"))
+
+
+@dataclass(frozen=True)
+class ContenderRun:
+    """One run of a contender: the seconds of each of its steps, or why it failed (``error``; ``seconds`` None);
+    ``process_s`` the wall seconds of its subprocess (None inside the subprocess, which does not time itself);
+    ``trial`` the isosweep trial's cost breakdown (None for the other contenders)."""
+
+    seconds: tuple[float, ...] | None
+    error: str | None = None
+    process_s: float | None = None
+    trial: TrialCost | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        if self.seconds is None:
+            out: dict[str, Any] = {"error": self.error}
+        else:
+            out = {"seconds": list(self.seconds), **(self.trial.to_json() if self.trial is not None else {})}
+        if self.process_s is not None:
+            out["process_s"] = self.process_s
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ContenderRun:
+        if "seconds" not in data:
+            return cls(None, error=data["error"], process_s=data.get("process_s"))
+        return cls(tuple(data["seconds"]), process_s=data.get("process_s"),
+                   trial=TrialCost.from_json(data) if "engine" in data else None)
+
+    def steady_s(self) -> float:
+        """The median seconds per step after the first ``WARMUP_STEPS`` (all of them in a shorter run)."""
+        return statistics.median(self.seconds[WARMUP_STEPS:] or self.seconds)
+
+
+@dataclass(frozen=True)
+class Speed:
+    """A contender's seconds per step over the repeats that finished: the median of each run's steady state, its
+    range, rollouts per second at the median, and how many repeats finished and failed."""
+
+    s_per_step: float
+    s_per_step_min: float
+    s_per_step_max: float
+    rollouts_per_s: float
+    repeats: int
+    failed: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Speed:
+        return cls(data["s_per_step"], data["s_per_step_min"], data["s_per_step_max"], data["rollouts_per_s"],
+                   int(data["repeats"]), int(data["failed"]))
+
+
+@dataclass(frozen=True)
+class ContenderSummary:
+    """A contender on one size: its runs, and their :class:`Speed` (None: no run finished; then ``error`` is the
+    last run's)."""
+
+    runs: tuple[ContenderRun, ...]
+    speed: Speed | None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        head = {"error": self.error} if self.speed is None else self.speed.to_json()
+        return {**head, "runs": [run.to_json() for run in self.runs]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ContenderSummary:
+        runs = tuple(ContenderRun.from_json(run) for run in data["runs"])
+        if "s_per_step" not in data:
+            return cls(runs, None, data["error"])
+        return cls(runs, Speed.from_json(data))
+
+
+@dataclass(frozen=True)
+class SizeResult:
+    """Every contender on one base model size: the setting, each contender's summary, isosweep's speed-up over
+    each other contender (its seconds per step over isosweep's; key: that contender) and the overlapped loop's
+    over the plain one (None where a side has no finished run)."""
+
+    setup: Setup
+    contenders: dict[str, ContenderSummary]
+    speedups: dict[str, float]
+    overlap_speedup: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"setup": self.setup.to_json(),
+                               **{name: summary.to_json() for name, summary in self.contenders.items()},
+                               **{f"speedup_vs_{name}": value for name, value in self.speedups.items()}}
+        if self.overlap_speedup is not None:
+            out["overlap_speedup"] = self.overlap_speedup
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SizeResult:
+        return cls(Setup.from_json(data["setup"]),
+                   {name: ContenderSummary.from_json(data[name]) for name in data if name in CONTENDERS},
+                   {key.removeprefix("speedup_vs_"): value for key, value in data.items()
+                    if key.startswith("speedup_vs_")},
+                   data.get("overlap_speedup"))
+
+
+def run_isosweep(setup: Setup, steps: int, out: Path) -> ContenderRun:
     """A real trial as ``isosweep trial`` runs it (the launcher and engine its config picks by default): seconds
     per step and the fixed cost, broken down."""
     cfg = setup.trial_config(steps)
@@ -168,100 +311,98 @@ def run_isosweep(setup: Setup, steps: int, out: Path) -> dict:
     step_rows, records = trial.steps(), trial.records()
     stepping = sum(row["time/step_s"] for row in step_rows) + sum(r["time/eval_s"] for r in records)
     first = records[0]
-    return {"seconds": [row["time/step_s"] for row in step_rows], "engine": rollout_engine(cfg),
-            "launcher": launcher_choice(cfg)[0], "trial_wall_s": wall, "fixed_s": wall - stepping,
-            "first_eval_s": first["time/eval_s"],
-            "split_s": {key.removeprefix("time/"): statistics.median(row[key] for row in step_rows[WARMUP_STEPS:])
-                        for key in step_rows[0] if key.startswith("time/")},
-            "start_s": {key.removeprefix("time/start_"): value for key, value in first.items()
-                        if key.startswith("time/start_")}}
+    cost = TrialCost(
+        engine=rollout_engine(cfg), launcher=launcher_choice(cfg)[0], trial_wall_s=wall, fixed_s=wall - stepping,
+        first_eval_s=first["time/eval_s"],
+        split_s={key.removeprefix("time/"): statistics.median(row[key] for row in step_rows[WARMUP_STEPS:])
+                 for key in step_rows[0] if key.startswith("time/")},
+        start_s={key.removeprefix("time/start_"): value for key, value in first.items()
+                 if key.startswith("time/start_")})
+    return ContenderRun(tuple(row["time/step_s"] for row in step_rows), trial=cost)
 
 
-def _one(contender: str, setup: Setup, steps: int, out: Path) -> dict:
+def _one(contender: str, setup: Setup, steps: int, out: Path) -> ContenderRun:
     """One run of ``contender`` in this process."""
     if contender in ("torch", "torch-overlap"):
-        return {"seconds": run_torch(setup, steps, overlap=contender == "torch-overlap")}
+        return ContenderRun(tuple(run_torch(setup, steps, overlap=contender == "torch-overlap")))
     if contender == "trl":
         from isosweep.experiments.trl_baseline import run_trl  # trl: the bench extra, not installed by default
 
-        return {"seconds": run_trl(setup, steps, str(out))}
+        return ContenderRun(tuple(run_trl(setup, steps, str(out))))
     return run_isosweep(setup, steps, out)
 
 
-def _spawn(contender: str, setup: Setup, steps: int, work: Path) -> dict:
+def _spawn(contender: str, setup: Setup, steps: int, work: Path) -> ContenderRun:
     """One run of ``contender`` in a fresh subprocess; its figures, or why it failed."""
     out = work / f"{contender}-{time.monotonic_ns()}"
     result = out.with_suffix(".json")
-    cmd = [sys.executable, "-m", "isosweep.experiments.side_by_side", contender, "--setup", json.dumps(asdict(setup)),
-           "--steps", str(steps), "--out", str(out), "--result", str(result)]
+    cmd = [sys.executable, "-m", "isosweep.experiments.side_by_side", contender, "--setup",
+           json.dumps(setup.to_json()), "--steps", str(steps), "--out", str(out), "--result", str(result)]
     started = time.perf_counter()
     # not this process's torch.distributed world, if it has one: a contender's own launcher would join it
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_ENV}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
-        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}",
-                "process_s": time.perf_counter() - started}
-    figures = json.loads(result.read_text())
-    figures["process_s"] = time.perf_counter() - started
-    return figures
+        return ContenderRun(None, error=proc.stderr.strip().splitlines()[-1] if proc.stderr.strip()
+                            else f"exit {proc.returncode}", process_s=time.perf_counter() - started)
+    figures = ContenderRun.from_json(json.loads(result.read_text()))  # the child's file, read back typed
+    return replace(figures, process_s=time.perf_counter() - started)
 
 
-def summarize(runs: list[dict], rollouts_per_step: int) -> dict:
+def summarize(runs: list[ContenderRun], rollouts_per_step: int) -> ContenderSummary:
     """Median and spread over repeats of each run's steady-state seconds per step, and rollouts/s."""
-    ok = [run for run in runs if "seconds" in run]
+    ok = [run for run in runs if run.seconds is not None]
     if not ok:
-        return {"error": runs[-1].get("error", "no run finished"), "runs": runs}
-    per_run = [statistics.median(run["seconds"][WARMUP_STEPS:] or run["seconds"]) for run in ok]
+        return ContenderSummary(tuple(runs), None, runs[-1].error or "no run finished")
+    per_run = [run.steady_s() for run in ok]
     median = statistics.median(per_run)
-    return {"s_per_step": median, "s_per_step_min": min(per_run), "s_per_step_max": max(per_run),
-            "rollouts_per_s": rollouts_per_step / median, "repeats": len(per_run), "failed": len(runs) - len(ok),
-            "runs": runs}
+    return ContenderSummary(tuple(runs), Speed(median, min(per_run), max(per_run), rollouts_per_step / median,
+                                               len(per_run), len(runs) - len(ok)))
 
 
 def side_by_side(sizes: list[str], repeats: int = 3, steps: int = 12, contenders: tuple[str, ...] = CONTENDERS,
-                 log=print) -> dict:
-    """Every contender on every size, ``repeats`` interleaved runs each; medians, spreads and ratios."""
+                 log=print) -> dict[str, SizeResult]:
+    """Every contender on every size, ``repeats`` interleaved runs each; medians, spreads and ratios (key: size)."""
     results = {}
     with tempfile.TemporaryDirectory(prefix="isosweep-bench-") as tmp:
         for size in sizes:
             setup = Setup.of(size)
-            runs: dict[str, list[dict]] = {c: [] for c in contenders}
+            runs: dict[str, list[ContenderRun]] = {c: [] for c in contenders}
             for r in range(repeats):
                 for contender in contenders:
                     run = _spawn(contender, setup, steps, Path(tmp))
                     runs[contender].append(run)
-                    said = (f"{statistics.median(run['seconds'][WARMUP_STEPS:]):.3f} s/step" if "seconds" in run
-                            else f"failed: {run['error']}")
+                    said = (f"{statistics.median(run.seconds[WARMUP_STEPS:]):.3f} s/step" if run.seconds is not None
+                            else f"failed: {run.error}")
                     log(f"[bench] {size} repeat {r + 1}/{repeats} {contender:8s} {said}")
-            row = {"setup": asdict(setup), **{c: summarize(runs[c], setup.Bp * setup.n) for c in contenders}}
-            if "s_per_step" in row.get("isosweep", {}):
-                for other in contenders:
-                    if other != "isosweep" and "s_per_step" in row[other]:
-                        row[f"speedup_vs_{other}"] = row[other]["s_per_step"] / row["isosweep"]["s_per_step"]
-            if "s_per_step" in row.get("torch", {}) and "s_per_step" in row.get("torch-overlap", {}):
-                row["overlap_speedup"] = row["torch"]["s_per_step"] / row["torch-overlap"]["s_per_step"]
-            results[size] = row
+            summaries = {c: summarize(runs[c], setup.Bp * setup.n) for c in contenders}
+            speed = {c: summary.speed.s_per_step for c, summary in summaries.items() if summary.speed is not None}
+            speedups = ({other: speed[other] / speed["isosweep"] for other in contenders
+                         if other != "isosweep" and other in speed} if "isosweep" in speed else {})
+            overlap = speed["torch"] / speed["torch-overlap"] if {"torch", "torch-overlap"} <= set(speed) else None
+            results[size] = SizeResult(setup, summaries, speedups, overlap)
     return results
 
 
-def table(results: dict) -> str:
+def table(results: dict[str, SizeResult]) -> str:
     """A Markdown table of rollouts/s per size and contender, with isosweep's ratio to TRL."""
     lines = ["| size | contender | s/step (median, min-max) | rollouts/s |", "| --- | --- | --- | --- |"]
     for size, row in results.items():
         for contender in CONTENDERS:
-            fig = row.get(contender)
+            summary = row.contenders.get(contender)
+            if summary is None:
+                continue
+            fig = summary.speed
             if fig is None:
+                lines.append(f"| {size} | {contender} | failed: {summary.error} | |")
                 continue
-            if "s_per_step" not in fig:
-                lines.append(f"| {size} | {contender} | failed: {fig['error']} | |")
-                continue
-            name = contender + (f" ({fig['runs'][0]['engine']})" if contender == "isosweep" else "")
-            lines.append(f"| {size} | {name} | {fig['s_per_step']:.3f} ({fig['s_per_step_min']:.3f}-"
-                         f"{fig['s_per_step_max']:.3f}) | {fig['rollouts_per_s']:.0f} |")
-        if "speedup_vs_trl" in row:
-            lines.append(f"| {size} | isosweep / TRL | | {row['speedup_vs_trl']:.2f}x |")
-        if "overlap_speedup" in row:
-            lines.append(f"| {size} | torch-overlap / torch | | {row['overlap_speedup']:.2f}x |")
+            name = contender + (f" ({summary.runs[0].trial.engine})" if contender == "isosweep" else "")
+            lines.append(f"| {size} | {name} | {fig.s_per_step:.3f} ({fig.s_per_step_min:.3f}-"
+                         f"{fig.s_per_step_max:.3f}) | {fig.rollouts_per_s:.0f} |")
+        if "trl" in row.speedups:
+            lines.append(f"| {size} | isosweep / TRL | | {row.speedups['trl']:.2f}x |")
+        if row.overlap_speedup is not None:
+            lines.append(f"| {size} | torch-overlap / torch | | {row.overlap_speedup:.2f}x |")
     return "\n".join(lines)
 
 
@@ -273,10 +414,9 @@ def _main() -> None:
     parser.add_argument("--out", required=True, help="the run's working folder")
     parser.add_argument("--result", required=True, help="where to write its figures (JSON)")
     args = parser.parse_args()
-    fields = json.loads(args.setup)
-    setup = Setup(**{**fields, "overrides": tuple(fields["overrides"])})
+    setup = Setup.from_json(json.loads(args.setup))
     figures = _one(args.contender, setup, args.steps, Path(args.out))
-    Path(args.result).write_text(json.dumps(figures))
+    Path(args.result).write_text(json.dumps(figures.to_json()))
 
 
 if __name__ == "__main__":
