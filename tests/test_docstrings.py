@@ -158,3 +158,14 @@ def test_the_check_fails_on_a_planted_stale_reference(tmp_path):
                      (9, "isosweep.vllm_engine")]
     stale = [name for _, name in found if problem(name, copy)]
     assert stale == ["isosweep.grpo.ppo_clip_loss", "isosweep.weight_sync.NcclWeightSender", "isosweep.vllm_engine"]
+
+
+DATE = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b")
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE.parent)))
+def test_docstrings_state_contracts_not_dated_findings(path: Path):
+    """What was measured, and when, lives in dashboards/ (FINDINGS.md, a study's NOTES.md); a docstring says what
+    the code guarantees, which has no date."""
+    dated = [(line, m.group(0)) for line, text in docstrings(path) for m in DATE.finditer(text)]
+    assert not dated, f"{path}: dated text in docstrings (move it to dashboards/): {dated}"

@@ -191,9 +191,7 @@ def in_process_threads(cfg: TrialConfig) -> int | None:
     It depends on the config alone, never on how many trials run beside it: a trial's float results depend
     on its thread count, and a difference in the last bit grows into another trajectory. So a sweep trial is
     the same run whether it ran packed, alone, or resumed as a sweep's last trial, which is what lets studies
-    share and pool runs. Seen on
-    2026-12-05: n8-Bp16 (easy, seed 1) on two threads left the one-thread run's losses at step 36 and
-    sampled other completions by step 780."""
+    share and pool runs (dashboards/FINDINGS.md records a run that diverged on another thread count)."""
     profile = get_profile(cfg.profile)
     if profile.accelerator == "gpu":
         return None
