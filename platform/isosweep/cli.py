@@ -24,6 +24,7 @@ from typing import Any
 
 from isosweep.models.sizes import FAMILY, LADDER, SIZES
 from isosweep.report.schema import SCHEMA_VERSION, upgrade_folder
+from isosweep.report.studies import load_studies
 from isosweep.report.studies import write_report as write_study_report
 from isosweep.run.memory import memory_table
 from isosweep.run.plan import check_memory, plan, prompt_tokens, study_memory
@@ -97,6 +98,24 @@ def _validate_stats(args: argparse.Namespace) -> None:
 
     path = write_report(validate(args.repeats, args.bootstrap, args.seed), args.out)
     print(path.read_text())
+
+
+def _adaptive_replay(args: argparse.Namespace) -> None:
+    from isosweep.report.adaptive import METHODS, Rule, replay_studies  # SciPy, the fitting
+
+    unknown = sorted(set(args.methods or ()) - set(METHODS))
+    if unknown:
+        raise ConfigError(f"--methods {unknown}: allowed {list(METHODS)}")
+    root = Path(args.dashboards)
+    folders = [Path(f).name for f in args.folders] or [s.folder for s in load_studies(root)]
+    bad = [f for f in folders if not (root / f / "fits.json").exists()]
+    if bad:
+        raise ConfigError(f"no study folder {bad} under {root} (a folder with fits.json and curves.json)")
+    table = replay_studies(root, folders, tuple(args.confidence), tuple(args.methods or METHODS),
+                           Rule(bootstrap=args.bootstrap))
+    path = table.write(args.out)
+    print(path.read_text())
+    print(f"[adaptive-replay] {path}")
 
 
 def _report(args: argparse.Namespace) -> None:
@@ -503,6 +522,24 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--seed", type=int, default=0, help="seed of the synthetic data (default: 0)")
     check.add_argument("--out", default="dashboards/methods", help="output directory (default: dashboards/methods)")
     check.set_defaults(run=_validate_stats)
+
+    adaptive = command("adaptive-replay", "replay adaptive-sweep stopping rules on finished studies", RESEARCH,
+                       more="Each study folder's recorded curves replayed rung by rung (each decision sees only the data "
+                            "up to its rung): the compute each rule would have spent against the full grid's, and "
+                            "whether the frontier it leaves (n*'s 90% set, the value) is the full grid's. Writes "
+                            "OUT/replay.md and replay.json.",
+                       examples="example:\n  isosweep adaptive-replay dashboards/bend-easy-full --confidence 0.5 0.9\n")
+    adaptive.add_argument("folders", nargs="*",
+                          help="study folders (default: every study the report counts under --dashboards)")
+    adaptive.add_argument("--dashboards", default="dashboards", help="where the studies' curves.json are (default: "
+                                                                     "dashboards)")
+    adaptive.add_argument("--methods", nargs="+", default=None,
+                          help="the rules to replay: frontier, asha, hyperband, p-best, full (default: all)")
+    adaptive.add_argument("--confidence", type=float, nargs="+", default=[0.9],
+                          help="the frontier rule's confidence(s), each replayed (default: 0.9)")
+    adaptive.add_argument("--bootstrap", type=int, default=100, help="replicates per decision (default: 100)")
+    adaptive.add_argument("--out", default="dashboards/adaptive", help="output directory (default: dashboards/adaptive)")
+    adaptive.set_defaults(run=_adaptive_replay)
 
     bench = command("bench", "isosweep vs TRL vs a plain loop, engine throughput, one trial's time split", RESEARCH)
     bench.add_argument("--out", default="bench/results.json",
