@@ -112,7 +112,7 @@ def _adaptive_replay(args: argparse.Namespace) -> None:
     if bad:
         raise ConfigError(f"no study folder {bad} under {root} (a folder with fits.json and curves.json)")
     table = replay_studies(root, folders, tuple(args.confidence), tuple(args.methods or METHODS),
-                           Rule(bootstrap=args.bootstrap))
+                           Rule(bootstrap=args.bootstrap), unguarded=args.unguarded)
     path = table.write(args.out)
     print(path.read_text())
     print(f"[adaptive-replay] {path}")
@@ -537,6 +537,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="the rules to replay: frontier, asha, hyperband, p-best, full (default: all)")
     adaptive.add_argument("--confidence", type=float, nargs="+", default=[0.9],
                           help="the frontier rule's confidence(s), each replayed (default: 0.9)")
+    adaptive.add_argument("--unguarded", action="store_true",
+                          help="also replay the frontier rule without its guard (stopping fits not identified or not "
+                               "yet risen), to show what the guard costs")
     adaptive.add_argument("--bootstrap", type=int, default=100, help="replicates per decision (default: 100)")
     adaptive.add_argument("--out", default="dashboards/adaptive", help="output directory (default: dashboards/adaptive)")
     adaptive.set_defaults(run=_adaptive_replay)

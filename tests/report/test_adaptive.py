@@ -42,6 +42,17 @@ def test_the_frontier_rule_keeps_a_config_that_is_last_early_and_first_at_c_max(
     assert "n16-Bp16" in {s.config for s in asha}
 
 
+def test_without_its_guard_the_frontier_rule_stops_a_late_starter_on_its_flat_start():
+    """What the guard is for: at C_max/16 the late configuration is still flat, its fit a flat line with a narrow
+    band, and the unguarded rule takes that band for its plateau."""
+    stopped = []
+    for seed in range(3):
+        curves, _ = synthetic_sweep(CROSSING, np.random.default_rng(seed))
+        stops = AD.decide(curves, "mean@4", BUDGET, "frontier", AD.Rule(bootstrap=40, seed=seed, guard=False))
+        stopped += [s for s in stops if s.config == "n16-Bp16"]
+    assert stopped and all(s.C <= BUDGET / 16 for s in stopped)
+
+
 def test_a_config_below_the_others_everywhere_is_stopped_once_its_band_says_so():
     stopped = []
     for seed in range(3):

@@ -62,6 +62,10 @@ class Rule:
     min_rise: float = 4.0
     """A configuration is stoppable only once its fitted curve has risen above the base model by this many
     standard errors of one evaluation: a curve still flat may be one that starts late."""
+    guard: bool = True
+    """Stop only configurations whose fit is identified and has risen (:attr:`min_rise`), and compare with
+    identified fits only; False: every fit counts (the unguarded rule, replayed to show what the guard costs
+    and what it prevents)."""
 
     def __post_init__(self) -> None:
         if not self.rungs or any(not 0 < r < 1 for r in self.rungs) or list(self.rungs) != sorted(set(self.rungs)):
@@ -105,13 +109,13 @@ def _bands(curves: list[Curve], metric: str, keys: list[str], grid: np.ndarray, 
     (:func:`isosweep.report.frontier.identification`). Empty when the curves carry no per-problem counts."""
     fitted = fit_allocations(curves, [metric], keys, bootstrap=rule.bootstrap, seed=rule.seed)[metric]
     noise = eval_noise(curves)
-    if noise is None or fitted.base is None:
+    if rule.guard and (noise is None or fitted.base is None):
         return {}  # without the evaluations' noise or the base value, no rise can be told from a flat start
     q = (1 - rule.confidence) / 2
     out = {}
     for key, fit in fitted.fits.items():
-        rise = float(fit.predict(grid[0])) - fitted.base
-        if F.identification(fit, float(grid[0])) or rise < rule.min_rise * noise.se_median:
+        if rule.guard and (F.identification(fit, float(grid[0]))
+                           or float(fit.predict(grid[0])) - fitted.base < rule.min_rise * noise.se_median):
             continue
         reps = np.array([rep[key].predict(grid) for rep in fitted.replicates if key in rep]).reshape(-1, len(grid))
         value = np.asarray(fit.predict(grid), dtype=float)
@@ -280,21 +284,24 @@ def replay(saved: SavedAnalysis, curves: list[Curve], method: str, rule: Rule = 
         rows.append(RowCheck(a.C, a.n, b.n_range, a.n is None or a.n in b.n_range, shift))
     winners = sorted({r.config for r in full.metrics[metric].rows if r.config and r.config in at and at[r.config] < r.C})
     spent = sum(min(at.get(c.config, budget), reached(c, budget)) for c in curves)
-    label = f"frontier {rule.confidence:.0%}" if method == "frontier" else method
+    label = (f"frontier {rule.confidence:.0%}" + ("" if rule.guard else " unguarded")) if method == "frontier" else method
     return Replay(saved.title, label, tuple(stops), spent, sum(reached(c, budget) for c in curves), tuple(rows),
                   tuple(winners), se)
 
 
 def replay_studies(dashboards: str | Path, folders: list[str], confidences: tuple[float, ...] = (0.9,),
-                   methods: tuple[str, ...] = METHODS, rule: Rule = Rule(), log=print) -> ReplayTable:
-    """Every method of ``methods`` (the frontier rule once per confidence) replayed on each study folder."""
+                   methods: tuple[str, ...] = METHODS, rule: Rule = Rule(), log=print,
+                   unguarded: bool = False) -> ReplayTable:
+    """Every method of ``methods`` (the frontier rule once per confidence, and unguarded too if ``unguarded``)
+    replayed on each study folder."""
+    variants = [replace(rule, confidence=c, guard=g) for g in (True, False)[:1 + unguarded] for c in confidences]
     replays = []
     for folder in folders:
         saved, curves = study_curves(dashboards, folder)
         full = _analyse(saved, curves)
         for method in methods:
-            for confidence in (confidences if method == "frontier" else (rule.confidence,)):
-                r = replay(saved, curves, method, replace(rule, confidence=confidence), full)
+            for variant in (variants if method == "frontier" else [rule]):
+                r = replay(saved, curves, method, variant, full)
                 replays.append(replace(r, study=folder))
                 log(f"[adaptive-replay] {folder}: {r.method} spent {r.share:.0%} of the full grid; frontier "
                     f"{'held' if r.holds else 'moved'}" + (f"; stopped full-frontier winners {list(r.winners_stopped)}"
@@ -314,8 +321,8 @@ class ReplayTable:
         return float(np.median(shares)) if shares else math.nan
 
     def to_json(self) -> dict:
-        return {"rule": {"rungs": list(self.rule.rungs), "confidence": self.rule.confidence,
-                         "bootstrap": self.rule.bootstrap, "seed": self.rule.seed},
+        return {"rule": {"rungs": list(self.rule.rungs), "bootstrap": self.rule.bootstrap, "seed": self.rule.seed,
+                         "min_rise": self.rule.min_rise},
                 "replays": [r.to_json() for r in self.replays]}
 
     def text(self) -> str:
