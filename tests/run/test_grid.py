@@ -143,7 +143,7 @@ def test_make_sweep_smoke_prints_the_frontier_and_fills_mlflow(mlflow_server, tm
     shutil.copytree(refreshed / "smoke", kept / "smoke-renamed")
     (kept / "smoke-renamed" / "frontier.csv").write_text("stale\n")
     (kept / "gone").mkdir()
-    gone = json.dumps({"title": "gone-2k-000000", "budget": 2000})
+    gone = json.dumps({**json.loads((refreshed / "smoke" / "fits.json").read_text()), "title": "gone-2k-000000"})
     (kept / "gone" / "fits.json").write_text(gone)
     again = subprocess.run([ISOSWEEP, "report", "--refresh", "--dashboards", str(kept)], cwd=ROOT,
                            env=env_for(mlflow_env), capture_output=True, text=True, timeout=300)

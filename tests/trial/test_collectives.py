@@ -52,7 +52,9 @@ out["prompts"] = [p for p in mine.prompt_ids]
 if rank == 0:
     out["calls"] = engine.calls
     out["shares"] = [Counted.last.select(range(r, 8, 2), 3).texts for r in range(2)]
-print("RESULT " + json.dumps(out))
+print("RESULT " + json.dumps(out), flush=True)
+dist.barrier()  # neither rank leaves while the other still talks to it: gloo aborts a process torn down mid-call
+dist.destroy_process_group()
 """
 
 
