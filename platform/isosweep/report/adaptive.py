@@ -92,15 +92,6 @@ class Stop:
         return {"config": self.config, "C": self.C, "reason": self.reason}
 
 
-def cut(curve: Curve, C: float) -> Curve:
-    """``curve`` as it stood when its trial reached compute ``C``: the evaluations at compute <= C."""
-    keep = curve.compute <= C * 1.0001
-    return Curve(key=curve.key, config=curve.config, fields=dict(curve.fields), compute=curve.compute[keep],
-                 values={k: v[keep] for k, v in curve.values.items()},
-                 counts=None if curve.counts is None else curve.counts[keep], samples=curve.samples,
-                 eval_set=curve.eval_set)
-
-
 def _bands(curves: list[Curve], metric: str, keys: list[str], grid: np.ndarray, rule: Rule,
            ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Each configuration's fitted value on ``grid`` and its band (low, high quantiles of the refits), for the
@@ -129,7 +120,7 @@ def frontier_stops(curves: list[Curve], metric: str, running: list[str], C: floa
     """The running configurations the frontier rule stops at rung ``C`` (module docstring), from ``curves`` cut
     at ``C``."""
     grid = np.geomspace(C, budget, SCAN)
-    bands = _bands([cut(c, C) for c in curves if c.config in running], metric, running, grid, rule)
+    bands = _bands([P.cut(c, C) for c in curves if c.config in running], metric, running, grid, rule)
     stops = []
     for key, (_, _, high) in bands.items():
         others = [low for other, (_, low, _) in bands.items() if other != key]
@@ -144,8 +135,8 @@ def frontier_stops(curves: list[Curve], metric: str, running: list[str], C: floa
 
 
 def _seed_mean_best(curves: list[Curve], metric: str, key: str, C: float) -> float:
-    seen = [float(np.max(c.values[metric][c.compute <= C * 1.0001])) for c in curves
-            if c.config == key and np.any(c.compute <= C * 1.0001)]
+    seen = [float(np.max(c.values[metric][c.compute <= C])) for c in curves
+            if c.config == key and np.any(c.compute <= C)]
     return float(np.mean(seen)) if seen else -math.inf
 
 
@@ -163,7 +154,7 @@ def p_best_stops(curves: list[Curve], metric: str, running: list[str], C: float,
                  rule: Rule) -> list[Stop]:
     """The running configurations whose predicted P(best) at C_max (from fits on the data at compute <= C) is
     below :data:`P_BEST_FLOOR`."""
-    fitted = fit_allocations([cut(c, C) for c in curves if c.config in running], [metric], running,
+    fitted = fit_allocations([P.cut(c, C) for c in curves if c.config in running], [metric], running,
                              bootstrap=rule.bootstrap, seed=rule.seed)[metric]
     keys = list(fitted.fits)
     if len(keys) < 2 or not fitted.replicates:
@@ -274,7 +265,7 @@ def replay(saved: SavedAnalysis, curves: list[Curve], method: str, rule: Rule = 
     metric, budget = saved.primary, float(saved.budget)
     stops = decide(curves, metric, budget, method, rule)
     at = {s.config: s.C for s in stops}
-    kept = [cut(c, at[c.config]) if c.config in at else c for c in curves]
+    kept = [P.cut(c, at[c.config]) if c.config in at else c for c in curves]
     full = full or _analyse(saved, curves)
     mine = _analyse(saved, kept)
     se = saved.eval.se_median if saved.eval else math.nan

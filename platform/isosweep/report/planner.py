@@ -805,19 +805,19 @@ def plot(rec: Recommendation) -> bytes:
 # --------------------------------------------------------------------------------- checks
 
 
+def cut(curve: Curve, C: float) -> Curve:
+    """``curve`` as it stood when its trial reached compute ``C``: the evaluations at compute <= C."""
+    keep = curve.compute <= C
+    return Curve(key=curve.key, config=curve.config, fields=dict(curve.fields), compute=curve.compute[keep],
+                 values={k: v[keep] for k, v in curve.values.items()},
+                 counts=None if curve.counts is None else curve.counts[keep], samples=curve.samples,
+                 eval_set=curve.eval_set)
+
+
 def truncate(sweeps: list[SweepData], C: float) -> list[SweepData]:
     """The sweeps as if each had been run at budget ``C`` (<= its own): every evaluation above C dropped."""
-    out = []
-    for data in sweeps:
-        curves = []
-        for c in data.curves:
-            keep = c.compute <= C
-            curves.append(Curve(key=c.key, config=c.config, fields=dict(c.fields), compute=c.compute[keep],
-                                values={k: v[keep] for k, v in c.values.items()},
-                                counts=None if c.counts is None else c.counts[keep], samples=c.samples,
-                                eval_set=c.eval_set))
-        out.append(SweepData(data.sweep_id, int(min(C, data.budget)), data.trial_params, data.sweep_params, curves))
-    return out
+    return [SweepData(data.sweep_id, int(min(C, data.budget)), data.trial_params, data.sweep_params,
+                      [cut(c, C) for c in data.curves]) for data in sweeps]
 
 
 def observed_at(sweeps: list[SweepData], metric: str, C: float) -> dict[str, float]:
