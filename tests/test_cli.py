@@ -44,7 +44,7 @@ def test_answers_without_a_trial_import_no_heavy_library():
 
 
 EVERYDAY = ["sweep", "ui", "recommend", "report", "trial", "submit", "frontier"]
-RESEARCH = ["models", "ais-study", "calibrate", "validate-stats", "adaptive-replay", "bench", "hpo-bench", "hpo-table"]
+RESEARCH = ["models", "ais-study", "calibrate", "codes-pilot", "tabular-truth", "validate-stats", "adaptive-replay", "bench", "hpo-bench", "hpo-table"]
 
 
 def help_of(argv: list[str], capsys) -> str:

@@ -93,6 +93,23 @@ def _calibrate(args: argparse.Namespace) -> None:
     print(f"[calibrate] {len(rows)} trials; pilot.csv, summary.md and calibration.png in {args.out}")
 
 
+def _codes_pilot(args: argparse.Namespace) -> None:
+    from isosweep.experiments.codes_pilot import run_pilot  # torch, DeepSpeed
+
+    run_pilot(args.out, args.budget)
+    print((Path(args.out) / "pilot.md").read_text())
+
+
+def _tabular_truth(args: argparse.Namespace) -> None:
+    from isosweep.experiments.tabular_control import compare, write  # the simulation, the report's fits
+
+    agreements = compare(args.sweep, args.folder, metric=args.metric)
+    print(write(agreements, args.folder))
+    if not all(a.agrees for a in agreements):
+        raise SystemExit(f"[tabular-truth] the report of {args.folder} misses the known n* at "
+                         f"{sum(not a.agrees for a in agreements)} budget(s): a fault of the platform, not of the scale")
+
+
 def _validate_stats(args: argparse.Namespace) -> None:
     from isosweep.experiments.stats_validation import validate, write_report  # SciPy, the fitting
 
@@ -514,6 +531,21 @@ def build_parser() -> argparse.ArgumentParser:
     pilot.add_argument("--out", default="dashboards/calibration", help="output directory (default: dashboards/calibration)")
     pilot.add_argument("--address", default=None, help="Ray cluster to join; default: a local Ray")
     pilot.set_defaults(run=_calibrate)
+
+    codes = command("codes-pilot", "how fast the codes needles drift and how many successes learn one", RESEARCH,
+                    more="Trains on the anchors (drift on and off, the needles watched) and on the needles; "
+                         "writes OUT/pilot.json and OUT/pilot.md.")
+    codes.add_argument("--budget", type=int, default=25600, help="C per run, in rollouts (default: 25600)")
+    codes.add_argument("--out", default="dashboards/codes-pilot", help="output directory (default: dashboards/codes-pilot)")
+    codes.set_defaults(run=_codes_pilot)
+
+    known = command("tabular-truth", "the planted control's known n*(C) beside its study's report", RESEARCH,
+                    more="Simulates the tabular control (numpy, 64 seeds) on the study's grid and writes "
+                         "FOLDER/truth.json and FOLDER/truth.md; exits 1 where the report misses the known n*.")
+    known.add_argument("sweep", help="the control's sweep file, e.g. sweeps/studies/tabular-control.yaml")
+    known.add_argument("folder", help="its study folder, e.g. dashboards/tabular-control")
+    known.add_argument("--metric", default="mean@4", help="the frontier metric compared (default: mean@4)")
+    known.set_defaults(run=_tabular_truth)
 
     check = command("validate-stats", "check the frontier statistics on synthetic sweeps with a known truth", RESEARCH,
                     more="Recovery, coverage, ties and the decision hold-out, written to OUT/validation.md.")

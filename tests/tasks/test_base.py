@@ -14,10 +14,12 @@ import isosweep.tasks
 from isosweep.tasks import (
     ALPHABET,
     TASKS,
+    CodesTask,
     Problem,
     Task,
     arithmetic,
     base,
+    codes,
     countdown,
     get_task,
     jsonl,
@@ -34,7 +36,7 @@ def _levels(name: str) -> list[tuple[str, int]]:
 TASK_LEVELS = [pair for name in SYNTHETIC for pair in _levels(name)]
 
 
-@pytest.mark.parametrize("module", [isosweep.tasks, base, arithmetic, countdown, jsonl])
+@pytest.mark.parametrize("module", [isosweep.tasks, base, arithmetic, codes, countdown, jsonl])
 def test_docstring_examples_hold(module):
     result = doctest.testmod(module)
     assert result.failed == 0
@@ -147,7 +149,8 @@ def test_every_solution_earns_full_reward_and_uses_the_alphabet(pair, seed):
     rng = random.Random(seed)
     for p in task.problems("train", level, 10, seed):
         completion = task.solution(p, rng)
-        assert task.reward(p, completion) == 1.0
+        if not isinstance(task, CodesTask):  # a codes warm-up target plants a pass rate (tests/tasks/test_codes.py)
+            assert task.reward(p, completion) == 1.0
         assert task.reward(p, p.answer) == 1.0
         assert set(p.prompt + p.answer + completion) <= set(ALPHABET) - {" "}
 
@@ -162,8 +165,9 @@ def test_bad_requests_raise_clear_errors(name):
         task.problems("test", level, 1, seed=0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="count must be >= 0"):
         task.problems("train", level, -1, seed=0)
-    with pytest.raises(ValueError, match="fewer than 500 distinct eval problems"):
-        task.problems("eval", level, 500, seed=0)
+    too_many = 10_000 if isinstance(task, CodesTask) else 500  # a codes level holds 48,000 problems, ~9,600 eval
+    with pytest.raises(ValueError, match=f"fewer than {too_many} distinct eval problems"):
+        task.problems("eval", level, too_many, seed=0)
     assert task.problems("eval", level, 0, seed=0) == []
 
 
@@ -176,6 +180,6 @@ def test_get_task_returns_registered_tasks():
 
 
 def test_get_task_lists_allowed_names_for_unknown():
-    with pytest.raises(ValueError, match="arithmetic, countdown") as error:
+    with pytest.raises(ValueError, match="arithmetic, codes, codes-nodrift, codes-transfer, countdown") as error:
         get_task("multiplication")
     assert ".jsonl" in str(error.value)

@@ -61,6 +61,10 @@ warm-up got. Pair it with ``algorithm.width_ref`` so the RL learning rate scales
 
 SIZES: dict[str, TinySize] = {**FAMILY, **LADDER}
 
+TABULAR = "tabular"
+"""The ``model.name`` of the codes tasks' planted control: a table of logits per family and position, no transformer
+(:mod:`isosweep.models.tabular`)."""
+
 
 def param_count(size: str, vocab: int = CHAR_VOCAB) -> int:
     """Parameters of a tiny size: tied embeddings, per block q/k/v (with bias) and o projections, a

@@ -43,7 +43,7 @@ from transformers import Qwen2ForCausalLM
 
 from isosweep.models.family import qwen2_config
 from isosweep.models.problemsets import level_pass_rates, probe_pass_rates
-from isosweep.models.sizes import LADDER, SIZES, WARMUP_VERSION
+from isosweep.models.sizes import LADDER, SIZES, TABULAR, WARMUP_VERSION
 from isosweep.models.tokenizer import char_tokenizer
 from isosweep.rollout.hf import HFEngine
 from isosweep.tasks import Task, get_task
@@ -87,7 +87,11 @@ RECIPES: dict[str, WarmupRecipe] = {
     "arithmetic": WarmupRecipe(steps=600, level_weights={1: 1.0, 2: 3.0, 3: 1.5}, probe_levels=(2, 3)),
     "countdown": WarmupRecipe(steps=600, level_weights={2: 2.0, 3: 2.0, 4: 1.0}, probe_levels=(2, 3, 4),
                               max_new_tokens=16),
+    **{name: WarmupRecipe(steps=1500, level_weights={1: 1.0}, probe_levels=(1,), probe_samples=128)
+       for name in ("codes", "codes-nodrift", "codes-transfer")},
 }
+"""The codes tasks warm up long enough to fit each family's planted rate (about 4,000 targets per family) and probe
+with 128 samples a problem, which resolves a needle's rate of 0.01 to 0.04 where 8 samples see nothing."""
 
 
 LADDER_RECIPES: dict[str, WarmupRecipe] = {
@@ -325,9 +329,14 @@ def build_base_model(size: str, task_name: str, seed: int, out: Path,
 
 
 def resolve_model(name: str, task: str, seed: int = 0) -> str:
-    """What ``from_pretrained`` should load for ``model.name``: a tiny size's base model, or ``name`` itself."""
+    """What ``from_pretrained`` should load for ``model.name``: a tiny size's base model, the codes tasks' planted
+    tabular control (``tabular``, :mod:`isosweep.models.tabular`), or ``name`` itself."""
     if name in SIZES:
         return str(ensure_base_model(name, task, seed))
+    if name == TABULAR:
+        from isosweep.models.tabular import ensure_tabular_model  # registers the model with transformers
+
+        return str(ensure_tabular_model(task, cache_root()))
     return name
 
 

@@ -146,7 +146,7 @@ class TrialPoint:
 
 ADDED_LATER = {"task": {"dataset_config": None, "train_split": "train", "eval_split": None,
                         "columns": {"prompt": "prompt", "answer": "answer"}, "prompt_format": "auto"},
-               "eval": {"checkpoint_every": 100, "temperature": None},
+               "eval": {"checkpoint_every": 100, "temperature": None, "watch": []},
                "algorithm": {"width_ref": None, "width_scaling": "all", "lr_warmup": 0.0},
                "trainer": {"micro_batch": None, "gradient_checkpointing": False, "logprob_chunk": 1024,
                            "param_persistence_threshold": None}}

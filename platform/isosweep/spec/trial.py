@@ -22,18 +22,26 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from isosweep.algo import MIN_GROUP
-from isosweep.models.sizes import SIZES
+from isosweep.models.sizes import SIZES, TABULAR
 from isosweep.rollout import vllm_available
 from isosweep.spec.profiles import get_profile, trial_resources
 from isosweep.spec.yamlio import ConfigError, Section, merge, parse_overrides, read_yaml, validate
-from isosweep.tasks import HFDatasetTask, Task, get_task
+from isosweep.tasks import SYNTHETIC, HFDatasetTask, Task, get_task
+from isosweep.tasks.base import Band
 from isosweep.tasks.hf_dataset import PREFIX as HF_PREFIX
 
 Difficulty = Literal["easy", "hard", "all"]
 
-DIFFICULTY_BANDS: dict[str, tuple[float, float]] = {"easy": (0.3, 1.0), "hard": (0.0, 0.3), "all": (0.0, 1.0)}
-"""Base pass-rate band ``[low, high)`` (``high`` inclusive at 1.0) of the problems in each set. ``all`` keeps
+DIFFICULTY_BANDS: dict[str, Band] = {"easy": Band(0.3, 1.0, high_closed=True), "hard": Band(0.0, 0.3),
+                                     "all": Band(0.0, 1.0, high_closed=True)}
+"""Base pass-rate band of the problems in each set, for a task without bands of its own. ``all`` keeps
 every probed problem of the levels: the same problems whatever the base model (a width ladder's shared set)."""
+
+
+def difficulty_band(task: Task, difficulty: str) -> Band:
+    """The band of ``difficulty`` for ``task``: the task's own ``bands`` where it has them (``codes``), else
+    :data:`DIFFICULTY_BANDS`."""
+    return getattr(task, "bands", DIFFICULTY_BANDS)[difficulty]
 
 REGULARISATION: dict[str, tuple[float, float]] = {"easy": (1e-3, 1e-3), "hard": (0.0, 0.0), "all": (1e-3, 1e-3)}
 """Default ``(kl_coef, entropy_coef)`` per difficulty: on for easy sets (and all problems), off for hard ones."""
@@ -131,9 +139,10 @@ class ModelConfig(Section):
     @field_validator("name")
     @classmethod
     def _known_model(cls, name: str) -> str:
-        if name in SIZES or Path(name).exists() or re.fullmatch(r"[\w.-]+/[\w.-]+", name):
+        if name in SIZES or name == TABULAR or Path(name).exists() or re.fullmatch(r"[\w.-]+/[\w.-]+", name):
             return name
-        raise ValueError(f"unknown model {name!r}; allowed: a tiny size ({', '.join(SIZES)}), "
+        raise ValueError(f"unknown model {name!r}; allowed: a tiny size ({', '.join(SIZES)}), {TABULAR!r} (the codes "
+                         "tasks' planted control), "
                          "an existing local path, or a hub name such as 'Qwen/Qwen2.5-0.5B'")
 
 
@@ -144,13 +153,14 @@ class RolloutConfig(Section):
     """Rollout engine: ``vllm`` (Ray actors serving vLLM), ``hf`` (an in-process Hugging Face model
     per trainer worker) or ``auto`` (the default: what measures fastest for the model and hardware,
     see :func:`rollout_engine`; the trial log says which and why)."""
-    precision: Literal["bf16", "fp8", "int8", "int6", "int4", "int3", "int2"] | None = None
+    precision: Literal["fp32", "bf16", "fp8", "int8", "int6", "int4", "int3", "int2"] | None = None
     """Rollout weights. Unset (default): the hardware profile's ``vllm.precision``, else ``bf16``
     (:func:`rollout_precision`). ``bf16``, or ``fp8`` (vLLM's online ``quantization="fp8_per_channel"`` on GPU; on CPU every linear
     weight is rounded through float8_e4m3fn with a per-output-channel scale, activations stay bf16), or
     ``int8`` ... ``int2``: every linear weight rounded to that many bits (symmetric, per output channel)
     and served in bf16 on any engine -- a ladder of rollout errors for studying the TIS/AIS corrections,
-    not a serving mode (weight-only emulation)."""
+    not a serving mode (weight-only emulation). ``fp32``: the trainer's weights as they are, no rounding (the
+    in-process engine only): rollouts exactly on-policy, as the tabular control's known answer assumes."""
     actors: int = Field(1, gt=0)
     """Rollout actors (vLLM engines) per trial; prompts are split evenly across them."""
     temperature: float = Field(1.0, gt=0)
@@ -261,6 +271,10 @@ class EvalConfig(Section):
     """Samples per eval problem (n_eval); the estimators are unbiased for any k <= samples."""
     k: int = Field(4, gt=0)
     """k of mean@k, best@k and worst@k."""
+    watch: tuple[Difficulty, ...] = ()
+    """Other difficulties whose held-out problems are evaluated too at every evaluation, as ``watch/<difficulty>/
+    mean@k`` (and best, worst, stderr): what training on one set does to another -- the hard set while training on
+    the easy one shows drift. Not part of the frontier; it costs one more evaluation per difficulty."""
     temperature: float | None = Field(None, gt=0)
     """Sampling temperature of the evaluation. None (the default): the rollouts' ``rollout.temperature``. Set it
     (to 1.0, say) when trials differ in ``rollout.temperature`` -- an HPO study that searches it -- so that every
@@ -295,9 +309,16 @@ class TrialConfig(Section):
 
     @model_validator(mode="after")
     def _at_least_one_step(self) -> TrialConfig:
-        if self.model.name in SIZES and self.task.name not in ("arithmetic", "countdown"):
+        if self.model.name in SIZES and self.task.name not in SYNTHETIC:
             raise ValueError(f"model.name {self.model.name!r} is a tiny base model, warmed up only on the synthetic "
-                             "tasks; allowed with task.name arithmetic or countdown (use a real model for datasets)")
+                             f"tasks; allowed with task.name {', '.join(SYNTHETIC)} (use a real model for datasets)")
+        if self.model.name == TABULAR and not self.task.name.startswith("codes"):
+            raise ValueError(f"model.name {TABULAR!r} is the codes tasks' planted control; allowed with task.name "
+                             f"codes, codes-nodrift or codes-transfer, and task.name is {self.task.name!r}")
+        if (self.model.name == TABULAR or rollout_precision(self) == "fp32") and rollout_engine(self) == "vllm":
+            what = "model.name 'tabular'" if self.model.name == TABULAR else "rollout.precision 'fp32'"
+            raise ValueError(f"{what} runs on the in-process rollout engine only, and rollout.engine is 'vllm'; "
+                             "allowed: rollout.engine hf or auto")
         if self.algorithm.width_ref is not None and self.model.name not in SIZES:
             raise ValueError(f"algorithm.width_ref scales the learning rate by the width of a tiny size, and "
                              f"model.name {self.model.name!r} is not one; allowed: a tiny size "
@@ -413,6 +434,8 @@ def engine_choice(cfg: TrialConfig) -> tuple[str, str]:
     """
     if cfg.rollout.engine != "auto":
         return cfg.rollout.engine, "configured"
+    if cfg.model.name == TABULAR:
+        return "hf", "auto: the tabular control runs on the in-process engine (vLLM cannot serve it)"
     if not vllm_available():
         return "hf", "auto: vLLM is not installed"
     if get_profile(cfg.profile).accelerator == "gpu":

@@ -1,8 +1,9 @@
 """Verifiable problem families for GRPO, each with its pure reward beside it.
 
-Two synthetic tasks for the tiny character-level models -- ``arithmetic`` (a+b=) and
-``countdown`` (reach a target with + - * over given numbers) -- whose prompts and solutions use
-only `ALPHABET`, and two readers of user datasets graded by numeric answer: JSONL files
+Synthetic tasks for the tiny character-level models -- ``arithmetic`` (a+b=), ``countdown`` (reach a
+target with + - * over given numbers) and ``codes`` (recall a family's random code, with base pass
+rates planted by the warm-up; variants ``codes-nodrift`` and ``codes-transfer``) -- whose prompts and
+solutions use only `ALPHABET`, and two readers of user datasets graded by numeric answer: JSONL files
 (``jsonl``) and anything Hugging Face ``datasets`` loads (``hf_dataset``: a local parquet, JSON or
 CSV file or folder, or a hub dataset such as ``openai/gsm8k``). Train and eval are split by a hash
 of the prompt (`split_of`), never by seed, so they cannot overlap -- unless a dataset brings its
@@ -18,14 +19,17 @@ from __future__ import annotations
 
 from isosweep.tasks.arithmetic import ArithmeticTask
 from isosweep.tasks.base import ALPHABET, Problem, Task, split_of
+from isosweep.tasks.codes import CodesTask
 from isosweep.tasks.countdown import CountdownTask
 from isosweep.tasks.hf_dataset import HFDatasetTask
 from isosweep.tasks.jsonl import JsonlTask
 
 __all__ = [
     "ALPHABET",
+    "SYNTHETIC",
     "TASKS",
     "ArithmeticTask",
+    "CodesTask",
     "CountdownTask",
     "HFDatasetTask",
     "JsonlTask",
@@ -35,7 +39,16 @@ __all__ = [
     "split_of",
 ]
 
-TASKS: dict[str, Task] = {"arithmetic": ArithmeticTask(), "countdown": CountdownTask()}
+TASKS: dict[str, Task] = {
+    "arithmetic": ArithmeticTask(),
+    "countdown": CountdownTask(),
+    "codes": CodesTask("codes"),
+    "codes-nodrift": CodesTask("codes-nodrift", drift=False),
+    "codes-transfer": CodesTask("codes-transfer", drift=False, transfer=True),
+}
+
+SYNTHETIC = tuple(TASKS)
+"""The built-in tasks: the ones a tiny base model is warmed up on."""
 
 
 def get_task(name: str) -> Task:

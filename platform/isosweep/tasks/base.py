@@ -64,6 +64,33 @@ def seeded_rng(*parts: object) -> random.Random:
     return random.Random(int.from_bytes(digest[:8], "big"))
 
 
+@dataclass(frozen=True)
+class Band:
+    """A range of base pass rates, ``[low, high)`` unless the flags say otherwise: a difficulty's problems
+    (``spec.trial.difficulty_band``) are those whose probed rate it contains.
+
+    >>> Band(0.3, 1.0, high_closed=True).contains(1.0), Band(0.0, 0.05, low_open=True, high_closed=True).contains(0.0)
+    (True, False)
+    >>> str(Band(0.0, 0.05, low_open=True, high_closed=True))
+    '(0, 0.05]'
+    """
+
+    low: float
+    high: float
+    low_open: bool = False
+    """Exclude ``low`` itself (``(0, x]``: at least one success in the probe)."""
+    high_closed: bool = False
+    """Include ``high`` itself."""
+
+    def contains(self, rate: float) -> bool:
+        above = rate > self.low if self.low_open else rate >= self.low
+        below = rate <= self.high if self.high_closed else rate < self.high
+        return above and below
+
+    def __str__(self) -> str:
+        return f"{'(' if self.low_open else '['}{self.low:g}, {self.high:g}{']' if self.high_closed else ')'}"
+
+
 @runtime_checkable
 class Task(Protocol):
     """A family of verifiable problems, graded by a pure reward."""
@@ -84,7 +111,8 @@ class Task(Protocol):
         ...
 
     def solution(self, problem: Problem, rng: random.Random) -> str:
-        """A correct completion for supervised warm-up (synthetic tasks only)."""
+        """A warm-up target for supervised warm-up (synthetic tasks only): a correct completion, except where
+        the task plants its base pass rate through it (``codes``)."""
         ...
 
 

@@ -47,9 +47,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from isosweep.algo.estimators import summarize
 from isosweep.algo.grpo import group_advantages
-from isosweep.models.problemsets import probe_pass_rates, select
+from isosweep.models.problemsets import probe_pass_rates, rate_prior, rated, select, zero_signal
 from isosweep.models.tokenizer import chat_prompt
-from isosweep.models.warmup import PROBE_FILE, resolve_model
+from isosweep.models.sizes import SIZES
+import isosweep.models.tabular  # noqa: F401 -- registers the tabular control with transformers
+from isosweep.models.warmup import PROBE_FILE, recipe_for, resolve_model
 from isosweep.rollout.base import RolloutEngine, Rollouts, TemplatedEngine
 from isosweep.rollout.fp8 import INT_BITS
 from isosweep.rollout.hf import HFEngine
@@ -58,8 +60,8 @@ from isosweep.rollout.pool import RolloutPool
 from isosweep.rollout.vllm import VLLMEngine
 from isosweep.spec.profiles import get_profile, placement_bundles, vllm_engine_args
 from isosweep.spec.trial import (
-    DIFFICULTY_BANDS,
     TrialConfig,
+    difficulty_band,
     engine_choice,
     eval_steps,
     kl_coef,
@@ -96,14 +98,28 @@ PROMPT_FORMAT_KEY = "prompt_format"
 
 @dataclass(frozen=True)
 class ProblemSets:
-    """Train problems and held-out eval problems of one difficulty."""
+    """Train problems and held-out eval problems of one difficulty, and what the probe says about them."""
 
     train: list[Problem]
     eval: list[Problem]
+    counts: dict[str, tuple[int, int]]
+    """Each train problem's probe, by prompt: ``(successes, samples)``."""
+    prior: tuple[float, float]
+    """The empirical-Bayes prior of pass rates over the probed train pool (:func:`rate_prior`)."""
+    watch: dict[str, list[Problem]]
+    """Held-out problems of each difficulty in ``eval.watch``, evaluated beside the eval set."""
 
 
 EVAL_ORDER_SEED = "eval-set"
 """Seed of the shuffle that picks the eval subset from the held-out problems (not the training seed)."""
+
+
+def probe_samples(cfg: TrialConfig) -> int:
+    """Samples per problem behind the probe of ``cfg``'s base model, where its rows do not say: a tiny model's
+    warm-up recipe's, else :data:`PROBE_SAMPLES`."""
+    if cfg.model.name in SIZES:
+        return recipe_for(cfg.model.name, cfg.task.name).probe_samples
+    return PROBE_SAMPLES
 
 
 def problem_sets(cfg: TrialConfig, model_path: str, engine: RolloutEngine) -> ProblemSets:
@@ -113,8 +129,9 @@ def problem_sets(cfg: TrialConfig, model_path: str, engine: RolloutEngine) -> Pr
         probe = json.loads(probe_file.read_text())
     else:
         probe = probe_pass_rates(engine, task_of(cfg.task), cfg.task.levels, PROBE_POOL, PROBE_SAMPLES, cfg.seed)
-    band = DIFFICULTY_BANDS[cfg.task.difficulty]
-    train = select(probe, cfg.task.name, "train", cfg.task.levels, band)
+    task = task_of(cfg.task)
+    band = difficulty_band(task, cfg.task.difficulty)
+    train = rated(probe, cfg.task.name, "train", cfg.task.levels, band)
     held_out = select(probe, cfg.task.name, "eval", cfg.task.levels, band)
     if len(train) < cfg.Bp or not held_out:
         raise ConfigError(
@@ -124,8 +141,24 @@ def problem_sets(cfg: TrialConfig, model_path: str, engine: RolloutEngine) -> Pr
     # The eval subset depends on the task, its levels and band and the base model (through the probe),
     # never on the training seed: every trial of a study is scored on the same problems, so configs and
     # seeds can be compared problem by problem (paired), and a second seed adds information, not noise.
+    watch = {}
+    for difficulty in cfg.eval.watch:
+        watched = select(probe, cfg.task.name, "eval", cfg.task.levels, difficulty_band(task, difficulty))
+        random.Random(EVAL_ORDER_SEED).shuffle(watched)
+        watch[difficulty] = watched[:cfg.task.eval_problems]
     random.Random(EVAL_ORDER_SEED).shuffle(held_out)
-    return ProblemSets(train, held_out[:cfg.task.eval_problems])
+    default = probe_samples(cfg)
+    pool = [row for level in cfg.task.levels for row in probe["train"].get(str(level), [])]
+    counts = {p.prompt: (round(rate * row_samples), row_samples)
+              for (p, rate), row_samples in zip(train, _samples_of(probe, train, default))}
+    return ProblemSets([p for p, _ in train], held_out[:cfg.task.eval_problems], counts,
+                       rate_prior([row["rate"] for row in pool], pool[0].get("samples", default)), watch)
+
+
+def _samples_of(probe: dict, chosen: list[tuple[Problem, float]], default: int) -> list[int]:
+    """The probe samples behind each chosen train problem (its row's ``samples``, else ``default``)."""
+    rows = {row["prompt"]: row for level in probe["train"].values() for row in level}
+    return [rows[p.prompt].get("samples", default) for p, _ in chosen]
 
 
 def batch_problems(train: list[Problem], Bp: int, step: int, seed: int) -> list[Problem]:
@@ -195,6 +228,18 @@ def evaluate(engine: RolloutEngine, problems: list[Problem], cfg: TrialConfig) -
             EVAL_SET_KEY: eval_set_id(problems)}
 
 
+def watched(engine: RolloutEngine, problems: list[Problem], difficulty: str, cfg: TrialConfig) -> dict[str, float]:
+    """``watch/<difficulty>/mean@k``, ``best@k``, ``worst@k`` and ``stderr_mean@k`` of held-out problems of another
+    difficulty than the trial trains on (``eval.watch``), sampled as the eval set is; no counts are kept."""
+    if not problems:
+        return {}
+    correct = eval_correct(engine, problems, task_of(cfg.task), cfg.eval.samples, seed=cfg.seed + 7_919,
+                           temperature=cfg.eval.temperature)
+    summary = summarize(correct, cfg.eval.k)
+    keys = [f"{name}@{cfg.eval.k}" for name in ("mean", "best", "worst", "stderr_mean")]
+    return {f"watch/{difficulty}/{key}": summary[key] for key in keys}
+
+
 def load_policy(model_path: str | Path) -> torch.nn.Module:
     """The fp32 model at ``model_path`` (a folder or hub name), from safetensors only: a pickled
     ``pytorch_model.bin`` could run code when loaded, so a model without safetensors weights is an error."""
@@ -213,7 +258,7 @@ def make_engine(cfg: TrialConfig, model_path: str, tokenizer, rank: int, run_id:
         model = load_policy(model_path)
         model.to("cuda" if torch.cuda.is_available() else "cpu")
         return HFEngine(model, tokenizer, cfg.rollout.max_new_tokens, cfg.rollout.temperature,
-                        precision=precision), False
+                        precision=None if precision == "fp32" else precision), False
     import ray
 
     if not ray.is_initialized():
@@ -333,6 +378,8 @@ def evaluate_step(engine: RolloutEngine, learner, sets: ProblemSets, cfg: TrialC
         if exact is not None:
             engine.update_weights(exact, version=step, at_precision=False)
         scores = evaluate(engine, sets.eval, cfg)
+        for difficulty, problems in sets.watch.items():
+            scores.update(watched(engine, problems, difficulty, cfg))
         if exact is not None:
             engine.update_weights(exact, version=step)
         scores["time/eval_s"] = time.perf_counter() - t_eval
@@ -369,10 +416,22 @@ def train_step(cfg: TrialConfig, engine: RolloutEngine, learner, reference, sets
         "rollout/length": rollouts.num_tokens / len(rollouts.texts),
         "rollout/tokens": float(rollouts.num_tokens),
     }, worker)
+    if step == 0:
+        stats.update(zero_signal_check(sets, problems, cfg.n, stats["train/frac_zero_std"]))
     return {**stats, "train/grad_norm": update.grad_norm, "train/lr": rate, "train/micro_batches": update.micro_batches,
             "rollout/policy_version": rollouts.policy_version, "time/generate_s": t1 - t_step,
             "time/reward_s": t2 - t1, "time/train_s": t3 - t2, "time/sync_s": t4 - t3,
             "time/step_s": time.perf_counter() - t_step}
+
+
+def zero_signal_check(sets: ProblemSets, problems: list[Problem], n: int, observed: float) -> dict[str, float]:
+    """The first step's fraction of groups without signal (all rewards equal), ``check/zero_signal_observed``,
+    beside what the probe predicts for its problems, ``check/zero_signal_expected`` with its standard deviation
+    ``check/zero_signal_sd`` (:func:`isosweep.models.problemsets.zero_signal`): a wrong reward, sampler or
+    grouping shows here before anything is trained. Every worker computes the same (it sees every problem)."""
+    expected, sd = zero_signal([sets.counts[p.prompt] for p in problems], n, sets.prior)
+    return {"check/zero_signal_observed": observed, "check/zero_signal_expected": expected,
+            "check/zero_signal_sd": sd}
 
 
 def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = print,
@@ -484,6 +543,9 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
         step += 1
         tokens += int(round(stats["rollout/tokens"] * world))
         window.append(stats)
+        if rank == 0 and "check/zero_signal_expected" in stats:
+            log(f"[trial] step 0: {stats['check/zero_signal_observed']:.3f} of groups without signal; the probe "
+                f"predicts {stats['check/zero_signal_expected']:.3f} +- {stats['check/zero_signal_sd']:.3f}")
         if rank == 0:
             trial.append_step({"step": step, "rollouts": step * per_step, **stats})
         every = cfg.eval.checkpoint_every
