@@ -14,7 +14,7 @@ from isosweep.report import frontier as F
 from isosweep.report.analysis import analyse
 from isosweep.report.render import table_text, write_outputs
 from isosweep.report.schema import DecisionHoldout, read_analysis
-from isosweep.track.curves import Curve
+from isosweep.track.curves import Curve, ZeroSignalCheck
 
 BUDGET = 100_000
 COMPUTE = np.concatenate([[0.0], np.unique(np.round(np.geomspace(BUDGET / 64, BUDGET, 12)))])
@@ -252,3 +252,72 @@ def test_the_frontier_text_reads_a_decision_holdout_as_the_study_report_does(tmp
         outcome = S.holdout_outcome(study, "mean@4", study.primary.decision_holdout)
         assert outcome == A.holdout_outcome(m.rows, result.configs, m.decision)
         assert A.holdout_words(outcome, m.decision.hit) in line
+
+
+def checked(checks: list[tuple[float, float, float] | None]) -> list[Curve]:
+    """One curve per ``(observed, expected, sd)`` step-0 zero-signal check (None: a trial without it), over the
+    configs of ``TRUE`` in turn, each a seed of its own."""
+    curves = []
+    for i, check in enumerate(checks):
+        key = list(TRUE)[i % len(TRUE)]
+        c = curve(key, 0.0, i)
+        c.key = f"{key}-s{i}"
+        c.zero_signal = None if check is None else ZeroSignalCheck(*check)
+        curves.append(c)
+    return curves
+
+
+def test_the_zero_signal_check_is_pooled_into_one_z_score_over_the_trials_that_logged_it(tmp_path):
+    checks = [(0.45, 0.40, 0.05), (0.30, 0.38, 0.06), (0.52, 0.41, 0.04), None]
+    saved = analyse(checked(checks), title="z", study="isocompute", budget=BUDGET, primary="mean@4",
+                    bootstrap=0).saved()
+    # by hand: differences +0.05 - 0.08 + 0.11 = +0.08; variances 0.0025 + 0.0036 + 0.0016 = 0.0077
+    z = 0.08 / math.sqrt(0.0077)
+    s = saved.zero_signal
+    assert (s.trials, s.flagged) == (3, False)
+    assert s.observed == pytest.approx((0.45 + 0.30 + 0.52) / 3)
+    assert s.expected == pytest.approx((0.40 + 0.38 + 0.41) / 3)
+    assert s.z == pytest.approx(z) and s.z == pytest.approx(0.9117, abs=1e-4)
+    line = next(x for x in table_text(saved).splitlines() if x.startswith("zero-signal check"))
+    assert line == ("zero-signal check at step 0 (3 trials): observed 0.423 of groups without signal, the probe "
+                    "predicts 0.397; z = +0.9 -> agrees")
+
+
+@pytest.mark.parametrize("observed, sign", [(0.9, "+"), (0.1, "-")])
+def test_a_planted_disagreement_is_flagged_in_the_analysis_its_file_and_its_text(tmp_path, observed, sign):
+    saved = analyse(checked([(observed, 0.5, 0.05)] * 3), title="bad", study="isocompute", budget=BUDGET,
+                    primary="mean@4", bootstrap=0).saved()
+    s = saved.zero_signal
+    assert s.flagged and s.z == pytest.approx((observed - 0.5) * 3 / math.sqrt(3 * 0.05 ** 2))  # |z| ~ 13.9
+    line = next(x for x in table_text(saved).splitlines() if x.startswith("zero-signal check"))
+    assert f"; z = {sign}13.9 -> DISAGREES beyond noise: check the reward, the sampler and the grouping" in line
+    # the summary survives the file, and is the only key the check adds to it
+    path = tmp_path / "fits.json"
+    path.write_text(saved.dumps())
+    assert read_analysis(path).zero_signal == s and read_analysis(path).dumps() == path.read_text()  # NaN != NaN
+    plain = analyse(checked([None] * 3), title="bad", study="isocompute", budget=BUDGET, primary="mean@4",
+                    bootstrap=0).saved()
+    assert set(saved.to_json()) - set(plain.to_json()) == {"zero_signal"}
+
+
+def test_a_disagreement_inside_the_noise_is_not_flagged_and_no_check_means_no_summary():
+    # 3 trials each 0.05 above with sd 0.05: z = 0.15 / sqrt(0.0075) = 1.73, inside the threshold
+    saved = analyse(checked([(0.55, 0.5, 0.05)] * 3), title="ok", study="isocompute", budget=BUDGET,
+                    primary="mean@4", bootstrap=0).saved()
+    assert not saved.zero_signal.flagged and saved.zero_signal.z == pytest.approx(0.15 / math.sqrt(0.0075))
+    plain = analyse(checked([None] * 3), title="old", study="isocompute", budget=BUDGET, primary="mean@4",
+                    bootstrap=0).saved()
+    assert plain.zero_signal is None and "zero_signal" not in plain.to_json()
+    assert "zero-signal" not in table_text(plain)
+
+
+def test_with_no_noise_to_measure_against_any_difference_is_flagged():
+    from isosweep.report.analysis import zero_signal_summary
+
+    same = zero_signal_summary(checked([(0.5, 0.5, 0.0)] * 2))
+    assert math.isnan(same.z) and not same.flagged
+    differ = zero_signal_summary(checked([(0.6, 0.5, 0.0)] * 2))
+    assert math.isnan(differ.z) and differ.flagged
+    assert "z = - -> DISAGREES" in table_text(replace(analyse(checked([None]), title="t", study="isocompute",
+                                                              budget=BUDGET, primary="mean@4", bootstrap=0).saved(),
+                                                      zero_signal=differ))

@@ -12,7 +12,16 @@ import pytest
 from isosweep.experiments.stats_validation import BUDGET, TRUTH, synthetic_sweep
 from isosweep.report.analysis import analyse
 from isosweep.report.render import write_outputs
-from isosweep.report.schema import SCHEMA_VERSION, SavedAnalysis, SchemaError, read_analysis, upgrade, upgrade_folder
+from isosweep.report.schema import (
+    SCHEMA_VERSION,
+    SavedAnalysis,
+    SchemaError,
+    ZeroSignalSummary,
+    read_analysis,
+    upgrade,
+    upgrade_folder,
+)
+from isosweep.track.curves import ZeroSignalCheck
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = sorted((ROOT / "dashboards").rglob("fits.json"))
@@ -97,3 +106,26 @@ def test_upgrade_rewrites_older_files_once_and_refuses_before_writing_anything(t
     with pytest.raises(SchemaError, match="zz/fits.json"):
         upgrade_folder(root)
     assert json.loads((root / "bend-easy" / "fits.json").read_text()) == old  # nothing written
+
+
+def test_the_zero_signal_summary_is_an_optional_key_that_older_files_do_without(tmp_path):
+    """A file written before the step-0 zero-signal check (every committed one) reads with no summary and writes
+    back byte for byte; an analysis of trials that logged the check keeps its summary through the file, without
+    a new schema version."""
+    committed = ROOT / "dashboards" / "bend-easy" / "fits.json"
+    old = read_analysis(committed)
+    assert old.zero_signal is None and "zero_signal" not in json.loads(committed.read_text())
+    assert old.dumps() == committed.read_text()
+    curves, _ = synthetic_sweep(TRUTH, np.random.default_rng(2))
+    for curve in curves:
+        curve.zero_signal = ZeroSignalCheck(0.43, 0.41, 0.06)
+    saved = analyse(curves, title="t", study="isocompute", budget=BUDGET, primary="mean@4", bootstrap=0).saved()
+    data = saved.to_json()
+    assert data["schema_version"] == SCHEMA_VERSION and data["zero_signal"] == saved.zero_signal.to_json()
+    (tmp_path / "fits.json").write_text(saved.dumps())
+    back = read_analysis(tmp_path / "fits.json")
+    z = 0.02 * len(curves) / (0.06 * len(curves) ** 0.5)  # sum of differences over the pooled sd
+    assert back.zero_signal == saved.zero_signal == ZeroSignalSummary(
+        len(curves), pytest.approx(0.43), pytest.approx(0.41), pytest.approx(z), False)
+    assert back.dumps() == (tmp_path / "fits.json").read_text()
+    assert upgrade(data) == data

@@ -26,7 +26,7 @@ from isosweep.report.schema import (
     SavedMetric,
     SchemaError,
 )
-from isosweep.track.curves import Curve, SweepData
+from isosweep.track.curves import Curve, SweepData, ZeroSignalCheck
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -504,3 +504,24 @@ def test_a_study_label_names_its_eval_set_and_one_evaluations_noise():
             "eval": {"problems": 470, "samples": 16, "sampling_se_mean": {"median": 0.0047, "max": 0.005, "evaluations": 9}}}
     assert "eval 470 problems x 16 samples, one evaluation's sampling se 0.0047)" in S.Study("s", saved(data)).label()
     assert "eval" not in S.Study("s", saved({k: v for k, v in data.items() if k != "eval"})).label()
+
+
+def test_the_study_list_warns_of_a_zero_signal_check_that_disagrees_and_only_then(tmp_path):
+    curves, _ = synthetic_sweep(TRUTH, np.random.default_rng(7))
+    kw = dict(study="isocompute", budget=BUDGET, primary="mean@4", bootstrap=10, difficulty="easy")
+    for folder, check in (("agrees", ZeroSignalCheck(0.42, 0.40, 0.05)), ("broken", ZeroSignalCheck(0.9, 0.5, 0.05)),
+                          ("before", None)):
+        for c in curves:
+            c.zero_signal = check
+        write_outputs(analyse(curves, title=f"{folder}-100k-aaa", **kw), tmp_path / folder)
+    studies = {s.folder: s for s in S.load_studies(tmp_path)}
+    assert set(studies) == {"agrees", "broken", "before"}
+    assert studies["agrees"].zero_signal_warning() is None and studies["before"].zero_signal_warning() is None
+    report = S.build_report(tmp_path).splitlines()
+    warnings = [i for i, line in enumerate(report) if "zero-signal check" in line]
+    assert len(warnings) == 1 and report[warnings[0] - 1].startswith("- `broken`")
+    z = 0.4 * len(curves) / (0.05 * math.sqrt(len(curves)))
+    assert report[warnings[0]] == (f"  - **zero-signal check at step 0 disagrees beyond noise** (z = {z:+.1f} over "
+                                   f"{len(curves)} trials): 0.900 of groups without signal observed, the probe "
+                                   "predicts 0.500; check the reward, the sampler and the grouping before reading its "
+                                   "numbers")

@@ -104,6 +104,31 @@ def test_a_new_logger_catches_up_only_what_mlflow_lacks(run, tmp_path):
     assert sorted(m.step for m in client.get_metric_history(child, "train/reward")) == [32 * s for s in range(1, 13)]
 
 
+def test_the_zero_signal_check_is_logged_with_its_record_and_read_back_into_the_curve(mlflow_server, tmp_path):
+    """The step-0 check rides on the first eval record after step 0 (``check/`` keys): it reaches MLflow with
+    that record and :func:`~isosweep.track.runs.read_curves` puts it in the trial's curve; a trial of an earlier
+    isosweep (no check) reads back without one."""
+    uri, _ = mlflow_server
+    sweep = own_smoke(tmp_path)
+    client = runs.client(uri)
+    parent = runs.open_parent(client, sweep, tmp_path)
+    sweep_id = sweep.sweep_id + "-check-" + tmp_path.name
+    check = {"check/zero_signal_observed": 0.4375, "check/zero_signal_expected": 0.398, "check/zero_signal_sd": 0.107}
+    for point, first in zip(sweep.trials[:2], (check, {})):
+        child = runs.open_child(client, parent, sweep_id, point.key, point.cfg, point.config_key)
+        out = tmp_path / point.key
+        records = [record(0, 0.50), {**record(4, 0.55), **first}, record(8, 0.53)]
+        write_trial(out, records, steps_upto(8))
+        logger = runs.TrialLogger(uri, child, TrialDir(out), k=4)
+        for r in records:
+            logger.log(r, checkpoint=False)
+    curves = {c.key: c for c in runs.read_curves(client, sweep_id, 4)}
+    with_check, without = (curves[p.key] for p in sweep.trials[:2])
+    assert (with_check.zero_signal.observed, with_check.zero_signal.expected, with_check.zero_signal.sd) == (
+        0.4375, 0.398, 0.107)
+    assert without.zero_signal is None
+
+
 def write_checkpoints(out: Path, records: list[dict], tag: str = "") -> None:
     """A fake checkpoint per record: weights that say which trial and step they are, a config, and trainer
     state that must not be logged."""

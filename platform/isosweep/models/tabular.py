@@ -16,26 +16,19 @@ one-hot of (family, k) and of k, and the head (``TabularHead``) is a bias-free l
 (``-1e9`` on impossible tokens, so they have probability 0 and their weights never get a gradient). A position
 that is no completion position (the prompt, or past ``<eos>``) has no features: uniform logits, never used.
 
-Importing this module registers the model with ``AutoModelForCausalLM`` (model type ``isosweep-tabular``).
+Importing this module registers the model with ``AutoModelForCausalLM`` (model type ``isosweep-tabular``); its
+base model is built and probed by :func:`isosweep.models.warmup.ensure_tabular_model`.
 """
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
-import json
 import math
-import os
-import shutil
-import tempfile
-from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
-from isosweep.models.sizes import TABULAR as NAME
 
 MODEL_TYPE = "isosweep-tabular"
 DIGIT_POSITIONS = 3
@@ -226,61 +219,3 @@ class TabularPolicy(PreTrainedModel):
 
 AutoConfig.register(MODEL_TYPE, TabularConfig)
 AutoModelForCausalLM.register(TabularConfig, TabularPolicy)
-
-
-def tabular_model_dir(task: str, root: Path) -> Path:
-    """The cache directory of the tabular base model of ``task`` under ``root`` (it may not exist yet)."""
-    from isosweep.models.warmup import RECIPES
-
-    key = json.dumps([NAME, task, TABULAR_VERSION, RECIPES[task].probe_samples, RECIPES[task].probe_pool])
-    return root / "models" / f"{NAME}-{task}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
-
-
-def ensure_tabular_model(task_name: str, root: Path) -> Path:
-    """The planted tabular base model of a codes task, built (seconds) and probed like a tiny model the first
-    time: a ``from_pretrained`` directory with the character tokenizer, ``probe.json`` and ``base_report.json``."""
-    from isosweep.models.problemsets import level_pass_rates, probe_pass_rates
-    from isosweep.models.tokenizer import char_tokenizer
-    from isosweep.models.warmup import PROBE_FILE, RECIPES, REPORT_FILE
-    from isosweep.rollout.hf import HFEngine
-    from isosweep.tasks import get_task
-    from isosweep.tasks.codes import CodesTask
-
-    task = get_task(task_name)
-    if not isinstance(task, CodesTask):
-        raise ValueError(f"model.name {NAME!r} is the codes tasks' planted control; task {task_name!r} is not one "
-                         "(allowed: codes, codes-nodrift, codes-transfer)")
-    target = tabular_model_dir(task_name, root)
-    if (target / REPORT_FILE).exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{target.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (target / REPORT_FILE).exists():
-            return target
-        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".build-"))
-        try:
-            tokenizer = char_tokenizer()
-            config = TabularConfig(families=len(task.families), vocab_size=len(tokenizer),
-                                   digit_ids=tokenizer.convert_tokens_to_ids(list("0123456789")),
-                                   marker_id=tokenizer.convert_tokens_to_ids(">"),
-                                   eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-            model = TabularPolicy(config)
-            codes = [f.code for f in task.families]
-            model.plant(codes, [f.epsilon for f in task.families])
-            recipe = RECIPES[task_name]
-            engine = HFEngine(model, tokenizer, recipe.max_new_tokens, temperature=1.0)
-            probe = probe_pass_rates(engine, task, recipe.probe_levels, recipe.probe_pool, recipe.probe_samples, 0)
-            model.save_pretrained(tmp, safe_serialization=True)
-            tokenizer.save_pretrained(tmp)
-            (tmp / PROBE_FILE).write_text(json.dumps(probe))
-            report = {"model": NAME, "task": task_name, "tabular_version": TABULAR_VERSION,
-                      "parameters": sum(p.numel() for p in model.parameters()),
-                      "planted_pass_rates": [round(r, 6) for r in model.pass_rates(codes).tolist()],
-                      "eval_pass@1": level_pass_rates(probe, "eval")}
-            (tmp / REPORT_FILE).write_text(json.dumps(report, indent=2))
-            os.rename(tmp, target)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-    return target

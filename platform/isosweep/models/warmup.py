@@ -44,9 +44,10 @@ from transformers import Qwen2ForCausalLM
 from isosweep.models.family import qwen2_config
 from isosweep.models.problemsets import level_pass_rates, probe_pass_rates
 from isosweep.models.sizes import LADDER, SIZES, TABULAR, WARMUP_VERSION
+from isosweep.models.tabular import TABULAR_VERSION, TabularConfig, TabularPolicy
 from isosweep.models.tokenizer import char_tokenizer
 from isosweep.rollout.hf import HFEngine
-from isosweep.tasks import Task, get_task
+from isosweep.tasks import CodesTask, Task, get_task
 
 PROBE_FILE = "probe.json"
 REPORT_FILE = "base_report.json"
@@ -328,14 +329,61 @@ def build_base_model(size: str, task_name: str, seed: int, out: Path,
     return report
 
 
+def tabular_model_dir(task: str, root: Path) -> Path:
+    """The cache directory of the tabular base model of ``task`` under ``root`` (it may not exist yet)."""
+    key = json.dumps([TABULAR, task, TABULAR_VERSION, RECIPES[task].probe_samples, RECIPES[task].probe_pool])
+    return root / "models" / f"{TABULAR}-{task}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+
+
+def ensure_tabular_model(task_name: str, root: Path) -> Path:
+    """The planted tabular base model of a codes task, built (seconds) and probed like a tiny model the first
+    time: a ``from_pretrained`` directory with the character tokenizer, ``probe.json`` and ``base_report.json``."""
+    task = get_task(task_name)
+    if not isinstance(task, CodesTask):
+        raise ValueError(f"model.name {TABULAR!r} is the codes tasks' planted control; task {task_name!r} is not one "
+                         "(allowed: codes, codes-nodrift, codes-transfer)")
+    target = tabular_model_dir(task_name, root)
+    if (target / REPORT_FILE).exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / REPORT_FILE).exists():
+            return target
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".build-"))
+        try:
+            tokenizer = char_tokenizer()
+            config = TabularConfig(families=len(task.families), vocab_size=len(tokenizer),
+                                   digit_ids=tokenizer.convert_tokens_to_ids(list("0123456789")),
+                                   marker_id=tokenizer.convert_tokens_to_ids(">"),
+                                   eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+            model = TabularPolicy(config)
+            codes = [f.code for f in task.families]
+            model.plant(codes, [f.epsilon for f in task.families])
+            recipe = RECIPES[task_name]
+            engine = HFEngine(model, tokenizer, recipe.max_new_tokens, temperature=1.0)
+            probe = probe_pass_rates(engine, task, recipe.probe_levels, recipe.probe_pool, recipe.probe_samples, 0)
+            model.save_pretrained(tmp, safe_serialization=True)
+            tokenizer.save_pretrained(tmp)
+            (tmp / PROBE_FILE).write_text(json.dumps(probe))
+            report = {"model": TABULAR, "task": task_name, "tabular_version": TABULAR_VERSION,
+                      "parameters": sum(p.numel() for p in model.parameters()),
+                      "planted_pass_rates": [round(r, 6) for r in model.pass_rates(codes).tolist()],
+                      "eval_pass@1": level_pass_rates(probe, "eval")}
+            (tmp / REPORT_FILE).write_text(json.dumps(report, indent=2))
+            os.rename(tmp, target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return target
+
+
 def resolve_model(name: str, task: str, seed: int = 0) -> str:
     """What ``from_pretrained`` should load for ``model.name``: a tiny size's base model, the codes tasks' planted
     tabular control (``tabular``, :mod:`isosweep.models.tabular`), or ``name`` itself."""
     if name in SIZES:
         return str(ensure_base_model(name, task, seed))
     if name == TABULAR:
-        from isosweep.models.tabular import ensure_tabular_model  # registers the model with transformers
-
         return str(ensure_tabular_model(task, cache_root()))
     return name
 

@@ -35,6 +35,10 @@ per-problem correct counts). For each metric (``mean@k``, ``best@k``, ``worst@k`
 7. **n trend**: at the largest table C that two n of one Bp reach, the change of the fitted value
    per doubling of n at fixed Bp (:func:`n_trend`), with its interval over the same replicates:
    which metric a larger n buys at a fixed compute.
+
+Beside the frontier, the trials' step-0 **zero-signal check** (the fraction of GRPO groups without
+signal against what the base model's probe predicts) is pooled over the study and flagged when the
+two disagree beyond noise (:func:`zero_signal_summary`): a wrong reward, sampler or grouping.
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ from isosweep.report.schema import (
     SavedAnalysis,
     SavedFit,
     SavedMetric,
+    ZeroSignalSummary,
 )
 from isosweep.report.tables import fmt
 from isosweep.track.curves import Curve
@@ -80,6 +85,15 @@ SATURATION_SPAN = 4.0
 
 P_BEST_FLOOR = 0.05
 """A config winning in at least this fraction of bootstrap replicates is in n*'s interval."""
+
+ZERO_SIGNAL_Z = 3.0
+"""A study's zero-signal check disagrees beyond noise when the z-score of its pooled difference (observed -
+expected) exceeds this in size. If the prediction is right the z-score is close to a standard normal (a sum over
+every trial's step-0 groups), so a right study is flagged about once in 370 (two-sided 0.27%): rare enough that
+every flag is worth reading, while a broken reward, sampler or grouping (a reward that never pays makes every
+group signal-free) moves the pooled difference by many sd. The margin also absorbs what the sd leaves out: trials
+of one seed draw overlapping step-0 batches (the same problems, hence correlated outcomes), which makes the pooled
+sd somewhat too small."""
 
 
 @dataclass(frozen=True)
@@ -148,7 +162,8 @@ class Analysis:
         return SavedAnalysis(self.title, self.study, self.budget, self.primary, self.difficulty, tuple(self.seeds()),
                              len(self.curves), {k: {f: int(v) for f, v in cfg.items()} for k, cfg in self.configs.items()},
                              gains(self), self.noise, eval_noise(self.curves),
-                             {name: m.saved() for name, m in self.metrics.items()}, tuple(self.pooled_from))
+                             {name: m.saved() for name, m in self.metrics.items()}, tuple(self.pooled_from),
+                             zero_signal_summary(self.curves))
 
     def to_json(self) -> dict:
         return self.saved().to_json()
@@ -450,6 +465,23 @@ def eval_noise(curves: list[Curve]) -> EvalNoise | None:
         return None
     problems, samples = next(iter(shapes)) if len(shapes) == 1 else (None, None)
     return EvalNoise(problems, samples, float(np.median(se)), float(np.max(se)), len(se))
+
+
+def zero_signal_summary(curves: list[Curve]) -> ZeroSignalSummary | None:
+    """The step-0 zero-signal check pooled over the trials that logged it: their number, the mean observed and
+    mean expected fraction of groups without signal, and ``z = sum(observed - expected) / sqrt(sum sd^2)``, the
+    pooled difference in units of its standard deviation if the probe's prediction is right (trials taken as
+    independent); ``flagged`` when ``|z| > ZERO_SIGNAL_Z``. With every sd 0 (no noise to measure against) z is NaN
+    and any difference is flagged. None when no trial has the check (trials of an earlier isosweep)."""
+    checks = [c.zero_signal for c in curves if c.zero_signal is not None]
+    if not checks:
+        return None
+    difference = math.fsum(c.observed - c.expected for c in checks)
+    sd = math.sqrt(math.fsum(c.sd ** 2 for c in checks))
+    z = difference / sd if sd > 0 else math.nan
+    flagged = abs(z) > ZERO_SIGNAL_Z if sd > 0 else difference != 0
+    return ZeroSignalSummary(len(checks), math.fsum(c.observed for c in checks) / len(checks),
+                             math.fsum(c.expected for c in checks) / len(checks), z, bool(flagged))
 
 
 def gains(analysis: Analysis) -> dict[str, Gain]:

@@ -390,7 +390,8 @@ class Planner:
                 seen.add(run)
                 key = f"{data.sweep_id}/{c.key}"
                 self.curves.append(Curve(key=key, config=c.config, fields=dict(c.fields), compute=c.compute,
-                                         values=c.values, counts=c.counts, samples=c.samples, eval_set=c.eval_set))
+                                         values=c.values, counts=c.counts, samples=c.samples, eval_set=c.eval_set,
+                                         zero_signal=c.zero_signal))
                 self.budget_of[key] = data.budget
         if not self.curves:
             raise ConfigError(f"the sweeps {[d.sweep_id for d in sweeps]} have no evaluated trial")
@@ -806,12 +807,14 @@ def plot(rec: Recommendation) -> bytes:
 
 
 def cut(curve: Curve, C: float) -> Curve:
-    """``curve`` as it stood when its trial reached compute ``C``: the evaluations at compute <= C."""
+    """``curve`` as it stood when its trial reached compute ``C``: the evaluations at compute <= C, and its
+    zero-signal check if one of those is past compute 0 (the first such record carries it)."""
     keep = curve.compute <= C
     return Curve(key=curve.key, config=curve.config, fields=dict(curve.fields), compute=curve.compute[keep],
                  values={k: v[keep] for k, v in curve.values.items()},
                  counts=None if curve.counts is None else curve.counts[keep], samples=curve.samples,
-                 eval_set=curve.eval_set)
+                 eval_set=curve.eval_set,
+                 zero_signal=curve.zero_signal if np.any(curve.compute[keep] > 0) else None)
 
 
 def truncate(sweeps: list[SweepData], C: float) -> list[SweepData]:

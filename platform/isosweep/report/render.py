@@ -18,7 +18,7 @@ import numpy as np
 
 from isosweep.report.analysis import Analysis, holdout_outcome, holdout_words
 from isosweep.report.plots import png, pyplot
-from isosweep.report.schema import FrontierRow, SavedAnalysis
+from isosweep.report.schema import FrontierRow, SavedAnalysis, ZeroSignalSummary
 from isosweep.report.tables import fmt, text_table
 
 CSV_COLUMNS = ["metric", "C", "config", "n", "Bp", "M", "value", "low", "high", "p_best", "runner_up", "lead",
@@ -91,6 +91,8 @@ def table_text(analysis: SavedAnalysis, metric: str | None = None) -> str:
         lines.append(f"eval: {shape}; one evaluation's standard error of mean@k from sampling alone (the same "
                      f"policy evaluated again on these problems): median {noise.se_median:.4f}, largest "
                      f"{noise.se_max:.4f} over {noise.evaluations} evaluations")
+    if analysis.zero_signal:
+        lines.append(zero_signal_line(analysis.zero_signal))
     if analysis.gains:
         lines.append("gain over the base model (compute 0) to the best observed by C_max: " + ", ".join(
             f"{name} {g.base:.3f} -> {g.best:.3f} ({g.gain:+.3f})" for name, g in analysis.gains.items()))
@@ -112,6 +114,16 @@ def table_text(analysis: SavedAnalysis, metric: str | None = None) -> str:
                         "<>>>>><<")
     lines += [f"{key:<12} no fit: {why}" for key, why in m.unfitted.items()]
     return "\n".join(lines)
+
+
+def zero_signal_line(check: ZeroSignalSummary) -> str:
+    """The study's step-0 zero-signal check in one line: observed against predicted, the pooled z and the
+    verdict (:func:`isosweep.report.analysis.zero_signal_summary`)."""
+    verdict = ("DISAGREES beyond noise: check the reward, the sampler and the grouping" if check.flagged
+               else "agrees")
+    return (f"zero-signal check at step 0 ({check.trials} trial{'s' * (check.trials != 1)}): observed "
+            f"{check.observed:.3f} of groups without signal, the probe predicts {check.expected:.3f}; "
+            f"z = {fmt(check.z, '+.1f')} -> {verdict}")
 
 
 def write_csv(analysis: SavedAnalysis, path: Path) -> None:

@@ -9,7 +9,9 @@ Versions (``schema_version``; :data:`SCHEMA_VERSION` is written):
 
 - **1** (no ``schema_version`` key): frontier rows may lack ``n_tie`` (read as the row's ``tie``, the stricter
   reading: n* tied whenever the winner ties with its runner-up) and the file may lack ``eval``.
-- **2**: every row has ``n_tie``; ``eval`` is always present (``{}`` when no trial saved counts).
+- **2**: every row has ``n_tie``; ``eval`` is always present (``{}`` when no trial saved counts). ``zero_signal``
+  (:class:`ZeroSignalSummary`) is present only where a trial logged the step-0 zero-signal check: a file without
+  it, whenever written, reads as None and is written back unchanged, so it needs no new version.
 
 A file of the earlier fitting method (no ``seeds``, or a metric without ``n_trend``), or of a version newer
 than this isosweep, is refused with a :class:`SchemaError` that says what to do. :func:`upgrade_folder`
@@ -298,6 +300,32 @@ class EvalNoise:
 
 
 @dataclass(frozen=True)
+class ZeroSignalSummary:
+    """The step-0 zero-signal check over a study's trials (:func:`isosweep.report.analysis.zero_signal_summary`):
+    how many trials logged it, the mean over them of the observed fraction of GRPO groups without signal and of
+    the fraction the base model's probe predicts, the z-score of their pooled difference
+    ``sum(observed - expected) / sqrt(sum sd^2)`` (NaN when every sd is 0), and whether it disagrees beyond noise
+    (``flagged``: :data:`isosweep.report.analysis.ZERO_SIGNAL_Z`)."""
+
+    trials: int
+    observed: float
+    expected: float
+    z: float
+    flagged: bool
+
+    def to_json(self) -> dict:
+        return {"trials": self.trials, "observed": self.observed, "expected": self.expected, "z": _out(self.z),
+                "flagged": self.flagged}
+
+    @classmethod
+    def from_json(cls, data: dict | None) -> ZeroSignalSummary | None:
+        if not data:
+            return None
+        return cls(int(data["trials"]), float(data["observed"]), float(data["expected"]), _in(data["z"]),
+                   bool(data["flagged"]))
+
+
+@dataclass(frozen=True)
 class SavedAnalysis:
     """A sweep's (or a pooled study's) frontier analysis as ``fits.json`` keeps it; ``title`` is the sweep id (the
     first part's for a pooled study, whose parts are ``pooled_from``)."""
@@ -316,6 +344,8 @@ class SavedAnalysis:
     eval: EvalNoise | None
     metrics: dict[str, SavedMetric]
     pooled_from: tuple[str, ...] = ()
+    zero_signal: ZeroSignalSummary | None = None
+    """The step-0 zero-signal check over the trials that logged it (None: none did)."""
     schema_version: int = field(default=SCHEMA_VERSION, compare=False)
 
     @property
@@ -331,8 +361,10 @@ class SavedAnalysis:
         out = {"schema_version": SCHEMA_VERSION, "title": self.title, "study": self.study, "budget": self.budget,
                "primary": self.primary, "difficulty": self.difficulty, "seeds": list(self.seeds),
                "trials": self.trials, "configs": self.configs, "gains": {k: g.to_json() for k, g in self.gains.items()},
-               "noise": self.noise, "eval": self.eval.to_json() if self.eval else {},
-               "metrics": {k: m.to_json() for k, m in self.metrics.items()}}
+               "noise": self.noise, "eval": self.eval.to_json() if self.eval else {}}
+        if self.zero_signal is not None:  # absent, not null: files of trials without the check stay as they were
+            out["zero_signal"] = self.zero_signal.to_json()
+        out["metrics"] = {k: m.to_json() for k, m in self.metrics.items()}
         if self.pooled_from:
             out["pooled_from"] = list(self.pooled_from)
         return out
@@ -349,7 +381,8 @@ class SavedAnalysis:
                    tuple(data["seeds"]), int(data["trials"]), data["configs"],
                    {k: Gain.from_json(g) for k, g in data["gains"].items()}, data["noise"],
                    EvalNoise.from_json(data["eval"]), {k: SavedMetric.from_json(m) for k, m in data["metrics"].items()},
-                   tuple(data.get("pooled_from", ())), data["schema_version"])
+                   tuple(data.get("pooled_from", ())), ZeroSignalSummary.from_json(data.get("zero_signal")),
+                   data["schema_version"])
 
 
 def upgrade(data: dict, where: str = "a saved analysis") -> dict:

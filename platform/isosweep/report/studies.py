@@ -63,6 +63,17 @@ class Study:
                 + (f"; sweeps {', '.join(f'`{p}`' for p in a.pooled_from)} pooled" if len(a.pooled_from) > 1 else "")
                 + evals + ")")
 
+    def zero_signal_warning(self) -> str | None:
+        """The warning when the study's step-0 zero-signal check disagrees beyond noise (``flagged``); None
+        otherwise, and for a study whose trials did not log the check."""
+        check = self.analysis.zero_signal
+        if check is None or not check.flagged:
+            return None
+        return (f"**zero-signal check at step 0 disagrees beyond noise** (z = {fmt(check.z, '+.1f')} over "
+                f"{check.trials} trial{'s' * (check.trials != 1)}): {check.observed:.3f} of groups without signal "
+                f"observed, the probe predicts {check.expected:.3f}; check the reward, the sampler and the grouping "
+                "before reading its numbers")
+
 
 @dataclass(frozen=True)
 class SetCount:
@@ -674,6 +685,9 @@ def build_report(dashboards: str | Path) -> str:
                      "counted there")
     for s in studies:
         lines.append(f"- {s.label()}: {s.analysis.trials} trials, {s.analysis.noise}{_scored_on(dashboards / s.folder)}")
+        warning = s.zero_signal_warning()
+        if warning:
+            lines.append(f"  - {warning}")
     lines += shared_runs(dashboards)
     pick = _pilot_pick(dashboards)
     if pick:

@@ -1,11 +1,14 @@
 """A trial's learning curve as the analysis reads it: compute in rollouts and the eval metrics there.
 
 What MLflow (:func:`isosweep.track.runs.read_curves`) or a trial's ``metrics.jsonl`` holds, in
-the shape :mod:`isosweep.report.analysis` fits.
+the shape :mod:`isosweep.report.analysis` fits, with the trial's step-0 zero-signal check where it
+logged one (:func:`zero_signal_of`).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,6 +22,41 @@ EVAL_SET_KEY = "eval_set"
 COUNTS_ARTIFACT = "eval_counts.json"
 """The trial run's artifact with every evaluation's counts: ``{"samples", "eval_set", "rollouts": [...],
 "correct": [[...], ...]}``."""
+
+
+ZERO_SIGNAL_KEYS = ("check/zero_signal_observed", "check/zero_signal_expected", "check/zero_signal_sd")
+"""Eval-record keys of the step-0 zero-signal check (:func:`isosweep.trial.loop.zero_signal_check`): observed,
+expected, sd. The first eval record after step 0 holds them; trials of an earlier isosweep never do."""
+
+
+@dataclass(frozen=True)
+class ZeroSignalCheck:
+    """A trial's zero-signal check at step 0: the fraction of its first batch's GRPO groups whose rewards were all
+    equal (``observed``), what the base model's probed pass rates predict for that batch (``expected``,
+    :func:`isosweep.models.problemsets.zero_signal`), and the standard deviation of the observed fraction over
+    that batch if the prediction is right (``sd``)."""
+
+    observed: float
+    expected: float
+    sd: float
+
+    def to_json(self) -> dict:
+        return {"observed": self.observed, "expected": self.expected, "sd": self.sd}
+
+    @classmethod
+    def from_json(cls, data: dict) -> ZeroSignalCheck:
+        return cls(float(data["observed"]), float(data["expected"]), float(data["sd"]))
+
+
+def zero_signal_of(records: Iterable[dict]) -> ZeroSignalCheck | None:
+    """The check of the first of ``records`` (eval records, or MLflow's metrics of one step, keyed as
+    :data:`ZERO_SIGNAL_KEYS`) that holds all three numbers, finite; None when none does (a trial run before the
+    check, or one not yet past step 0)."""
+    for record in records:
+        values = [record.get(key) for key in ZERO_SIGNAL_KEYS]
+        if all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
+            return ZeroSignalCheck(*(float(v) for v in values))
+    return None
 
 
 def without_counts(record: dict) -> dict:
@@ -46,21 +84,30 @@ class Curve:
     """Samples per eval problem behind ``counts``."""
     eval_set: str | None = None
     """Id of the eval problems behind ``counts`` (trials with one id are paired problem by problem)."""
+    zero_signal: ZeroSignalCheck | None = None
+    """The trial's zero-signal check at step 0, where it logged one (else None)."""
 
     def to_json(self) -> dict:
-        return {"key": self.key, "config": self.config, "fields": self.fields, "compute": self.compute.tolist(),
-                "values": {name: v.tolist() for name, v in self.values.items()},
-                "counts": None if self.counts is None else self.counts.astype(int).tolist(),
-                "samples": self.samples, "eval_set": self.eval_set}
+        """The curve as ``curves.json`` holds it; ``zero_signal`` only where there is one, so a curve without it
+        is written as before the check existed."""
+        out = {"key": self.key, "config": self.config, "fields": self.fields, "compute": self.compute.tolist(),
+               "values": {name: v.tolist() for name, v in self.values.items()},
+               "counts": None if self.counts is None else self.counts.astype(int).tolist(),
+               "samples": self.samples, "eval_set": self.eval_set}
+        if self.zero_signal is not None:
+            out["zero_signal"] = self.zero_signal.to_json()
+        return out
 
     @classmethod
     def from_json(cls, data: dict) -> Curve:
-        counts = data.get("counts")
+        """A curve of :meth:`to_json`, of this version or an earlier one (no ``counts``, no ``zero_signal``)."""
+        counts, check = data.get("counts"), data.get("zero_signal")
         return cls(key=data["key"], config=data["config"], fields={k: int(v) for k, v in data["fields"].items()},
                    compute=np.asarray(data["compute"], dtype=float),
                    values={name: np.asarray(v, dtype=float) for name, v in data["values"].items()},
                    counts=None if counts is None else np.asarray(counts, dtype=float),
-                   samples=data.get("samples"), eval_set=data.get("eval_set"))
+                   samples=data.get("samples"), eval_set=data.get("eval_set"),
+                   zero_signal=None if check is None else ZeroSignalCheck.from_json(check))
 
 
 CURVES_FILE = "curves.json"

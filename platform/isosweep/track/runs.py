@@ -45,7 +45,17 @@ from mlflow.tracking import MlflowClient
 
 from isosweep.spec.trial import entropy_coef, kl_coef, learning_rate, steps
 from isosweep.spec.yamlio import flatten
-from isosweep.track.curves import COUNTS_ARTIFACT, COUNTS_KEY, EVAL_SET_KEY, SAMPLES_KEY, Curve, SweepData
+from isosweep.track.curves import (
+    COUNTS_ARTIFACT,
+    COUNTS_KEY,
+    EVAL_SET_KEY,
+    SAMPLES_KEY,
+    ZERO_SIGNAL_KEYS,
+    Curve,
+    SweepData,
+    ZeroSignalCheck,
+    zero_signal_of,
+)
 from isosweep.track.server import EXPERIMENT
 from isosweep.track.tags import (
     BEST_CONFIG_AT_BUDGET_TAG,
@@ -115,7 +125,11 @@ def record_files(folder: Path) -> list[Path]:
 
 
 STEP_PREFIXES = ("train/", "rollout/", "mismatch/", "ais/", "time/")
-EVAL_PREFIXES = ("eval/", "system/", "time/eval_s")
+EVAL_PREFIXES = ("eval/", "watch/", "system/", "time/eval_s", "check/")
+"""What an eval record logs to MLflow at its step (its rollouts): the eval metrics, those of the watched sets
+(``eval.watch``), the system figures, the evaluation's seconds and the step-0 zero-signal check
+(:data:`~isosweep.track.curves.ZERO_SIGNAL_KEYS`).
+The per-step statistics it averages (``train/``...) are logged from ``steps.jsonl`` at their own steps."""
 
 
 def mlflow_name(key: str) -> str:
@@ -501,8 +515,21 @@ def _run_counts(mlflow_client, run_id: str) -> dict | None:
         return json.loads(Path(mlflow_client.download_artifacts(run_id, COUNTS_ARTIFACT, folder)).read_text())
 
 
+def _run_zero_signal(mlflow_client, run_id: str) -> ZeroSignalCheck | None:
+    """The run's step-0 zero-signal check (:data:`~isosweep.track.curves.ZERO_SIGNAL_KEYS`, logged with its first
+    eval record after step 0), or None if it has none (a trial of an earlier isosweep: one request finds that)."""
+    first = {}
+    for key in ZERO_SIGNAL_KEYS:
+        history = mlflow_client.get_metric_history(run_id, mlflow_name(key))
+        if not history:
+            return None
+        first[key] = min(history, key=lambda m: m.step).value
+    return zero_signal_of([first])
+
+
 def read_curves(mlflow_client, sweep_id: str, k: int) -> list[Curve]:
-    """Every child run of ``sweep_id`` as a :class:`Curve` (eval metrics at step = rollouts)."""
+    """Every child run of ``sweep_id`` as a :class:`Curve` (eval metrics at step = rollouts), with its counts
+    (:data:`COUNTS_ARTIFACT`) and its zero-signal check where the run holds them."""
     found = mlflow_client.search_runs(
         [experiment_id(mlflow_client)],
         filter_string=f"tags.`{SWEEP_TAG}` = '{sweep_id}' and tags.`{RUN_KIND_TAG}` = '{TRIAL_KIND}'",
@@ -529,7 +556,8 @@ def read_curves(mlflow_client, sweep_id: str, k: int) -> list[Curve]:
             fields={"n": int(params["n"]), "Bp": int(params["Bp"]), "M": int(params["derived.M"]),
                     "seed": int(params["seed"])},
             compute=np.asarray(compute, dtype=float),
-            values={name: np.asarray(v, dtype=float) for name, v in values.items()}))
+            values={name: np.asarray(v, dtype=float) for name, v in values.items()},
+            zero_signal=_run_zero_signal(mlflow_client, run.info.run_id)))
         attach_counts(curves[-1], _run_counts(mlflow_client, run.info.run_id))
     return curves
 
