@@ -101,8 +101,8 @@ def _data(folder, rows, *, study="isocompute", difficulty="easy", saturation=Non
             "metrics": {"mean@4": metric, "worst@4": dict(metric), "best@4": dict(metric)}}
 
 
-def _study(folder, rows, **kw) -> S.Study:
-    return S.Study(folder, saved(_data(folder, rows, **kw)))
+def _study(folder, rows, testbed=S.ARITHMETIC, **kw) -> S.Study:
+    return S.Study(folder, saved(_data(folder, rows, **kw)), testbed)
 
 
 def _with_fits(folder: str, data: dict, fits: dict) -> S.Study:
@@ -192,6 +192,10 @@ def test_the_report_rests_on_the_analyses_and_refuses_a_folder_of_the_earlier_me
     trend = analysis.metrics["worst@4"].trend
     assert f"{trend.slope_per_doubling:+.4f} per doubling" in text
     assert "| as n grows at a fixed C" in text and "**supported** |" in text
+    # a folder without curves.json is an arithmetic study: one testbed, one column, one sub-heading per claim
+    assert "| claim | arithmetic |\n| --- | --- |\n" in text
+    assert text.count("\n### arithmetic\n") == 5 and "### planted control" not in text
+    assert "\n**arithmetic**\n\n- `synthetic-easy` (easy," in text
     old = tmp_path / "old-study"
     old.mkdir()
     (old / "fits.json").write_text(json.dumps({"title": "old", "study": "isocompute", "budget": 1, "primary": "mean@4",
@@ -222,6 +226,108 @@ def test_a_trial_one_step_short_of_the_budget_competes_at_the_budget():
             curve.values = {k: v[keep] for k, v in curve.values.items()}
     stopped = analyse(curves, title="t", study="isocompute", budget=BUDGET, primary="mean@4", bootstrap=20)
     assert stopped.metrics["mean@4"].rows[-1].config != "n8-Bp16"
+
+
+# --------------------------------------------------------------------------------- testbeds
+
+
+def write_params(folder: Path, params: dict | None) -> Path:
+    """A study folder whose ``curves.json`` holds only ``trial_params`` (``None``: no such key)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "curves.json").write_text(json.dumps({} if params is None else {"trial_params": params}))
+    return folder
+
+
+@pytest.mark.parametrize(("params", "testbed"), [
+    ({"task.name": "arithmetic", "model.name": "tiny-1m"}, S.ARITHMETIC),
+    ({"task.name": "codes", "model.name": "tiny-1m"}, S.CODES),
+    ({"task.name": "codes-nodrift", "model.name": "tiny-4m"}, S.CODES),
+    ({"task.name": "codes-transfer", "model.name": "tiny-1m"}, S.CODES),
+    ({"task.name": "codes", "model.name": "tabular"}, S.PLANTED),
+    ({"task.name": "gsm8k", "model.name": "qwen"}, "gsm8k"),
+    ({"Bp": "16"}, S.ARITHMETIC),  # settings without the task and the model
+    (None, S.ARITHMETIC),  # a curves.json without trial_params
+])
+def test_a_studys_testbed_is_read_from_its_curves(tmp_path, params, testbed):
+    assert S.read_testbed(write_params(tmp_path / "s", params)) == testbed
+
+
+def test_a_study_without_curves_ran_on_arithmetic(tmp_path):
+    assert S.read_testbed(tmp_path / "nothing-here") == S.ARITHMETIC
+    assert S.Study("s", saved({})).testbed == S.ARITHMETIC  # built directly, as tests do
+
+
+def test_testbeds_are_ordered_arithmetic_codes_other_tasks_then_the_planted_control():
+    studies = [_study(f, [], testbed=t) for f, t in (("p", S.PLANTED), ("g", "gsm8k"), ("c", S.CODES))]
+    assert S.testbeds(studies) == [S.ARITHMETIC, S.CODES, "gsm8k", S.PLANTED]
+    assert S.testbeds([]) == [S.ARITHMETIC]  # the AIS claim is always there
+
+
+def test_each_claim_is_tested_on_each_testbeds_studies_apart():
+    """A falling trend on arithmetic and a growing one on codes: pooled, the two would disagree and decide
+    nothing; per testbed each decides its own."""
+    def trend(direction):
+        return {"C": 1e5, "slope_per_doubling": 0.01, "low": -0.01, "high": 0.03, "direction": direction, "n": [2, 4]}
+
+    down = _study("a", [_row(1e3, 16), _row(1e5, 4)], trend=trend("falls"))
+    up = _study("c", [_row(1e3, 4), _row(1e4, 8)], testbed=S.CODES, saturation=1e3, trend=trend("grows"))
+    assert S.n_metric_claim([down, up]).verdict == S.UNRESOLVED
+    n_star, n_metric, fixed, ais, holdout = S.testbed_claims([up, down], Path("/nonexistent"))
+    assert list(n_metric) == [S.ARITHMETIC, S.CODES]
+    assert (n_metric[S.ARITHMETIC].verdict, n_metric[S.CODES].verdict) == (S.CONTRADICTED, S.SUPPORTED)
+    assert (n_star[S.ARITHMETIC].verdict, n_star[S.CODES].verdict) == (S.CONTRADICTED, S.SUPPORTED)
+    assert all("`a`" in e for e in n_star[S.ARITHMETIC].evidence) and all("`c`" in e for e in n_star[S.CODES].evidence)
+    assert fixed[S.CODES].verdict == S.UNTESTED and not fixed[S.CODES].evidence
+    assert list(ais) == [S.ARITHMETIC] and list(holdout) == [S.ARITHMETIC, S.CODES]
+    assert S.summary_cell(ais, S.CODES) == "—"
+    assert S.summary_cell(ais, S.ARITHMETIC) == "**not resolvable at this scale**"
+    assert S.summary_cell(fixed, S.CODES) == "no study yet"
+    assert S.summary_cell(n_metric, S.CODES) == "**supported**"
+
+
+def test_the_report_has_a_column_and_a_section_per_testbed_and_plans_without_the_planted_control(tmp_path):
+    curves, _ = synthetic_sweep(TRUTH, np.random.default_rng(3))
+    kw = dict(study="isocompute", budget=BUDGET, primary="mean@4", bootstrap=10, difficulty="easy")
+    for folder, params in (("arith", {"task.name": "arithmetic", "model.name": "tiny-1m"}),
+                           ("control", {"task.name": "codes", "model.name": "tabular"})):
+        write_outputs(analyse(curves, title=f"{folder}-100k-aaa", **kw), tmp_path / folder)
+        P.write_sweep_data(SweepData(f"{folder}-100k-aaa", BUDGET, params, {}, curves), tmp_path / folder)
+    assert {s.folder: s.testbed for s in S.load_studies(tmp_path)} == {"arith": S.ARITHMETIC, "control": S.PLANTED}
+    text = S.build_report(tmp_path)
+    assert "| claim | arithmetic | planted control |\n| --- | --- | --- |\n" in text and "| codes |" not in text
+    assert "| FP8 rollouts with AIS match bf16 where naive FP8 loses | **not resolvable at this scale** | — |" in text
+    assert text.count("\n### arithmetic\n") == 5 and text.count("\n### planted control\n") == 4
+    assert "Testbeds: **arithmetic** is the tiny transformer on 2-digit addition" in text
+    # the same trials on two testbeds: the same verdict, each resting on its own study
+    metric = text.split("## as n grows at a fixed C")[1].split("\n## ")[0]
+    arith, control = metric.split("### arithmetic")[1].split("### planted control")
+    assert "`arith`" in arith and "`control`" not in arith and "`control`" in control and "`arith`" not in control
+    plan = text.split("## What to run at C = 1e5, 1e6, 1e7")[1].split("\n## Studies")[0]
+    assert "The planted control (`model.name: tabular`: `control-100k-aaa`) is left out" in plan
+    assert "### arithmetic" in plan and "tabular" not in plan.split("is left out")[1]
+    studies = text.split("\n## Studies\n")[1]
+    assert studies.index("**arithmetic**") < studies.index("- `arith` (easy") < studies.index("**planted control**") \
+        < studies.index("- `control` (easy")
+
+
+def test_the_synthetic_holdout_line_is_shown_under_the_first_testbed_only(tmp_path):
+    (tmp_path / "methods").mkdir()
+    (tmp_path / "methods" / "validation.json").write_text(json.dumps({"decision_holdout_hit_rate": 0.8}))
+    studies = [_study("a", []), _study("c", [], testbed=S.CODES)]
+    holdout = S.testbed_claims(studies, tmp_path)[-1]
+    assert holdout[S.ARITHMETIC].evidence[-1].startswith("synthetic sweeps (`methods/`")
+    assert not any(e.startswith("synthetic") for e in holdout[S.CODES].evidence)
+
+
+def test_the_planning_section_names_each_planned_testbeds_holdout_verdict():
+    hit = S.Claim("the fitted curves predict 4x beyond their data", "t", S.SUPPORTED,
+                  by_set={"easy": S.SetCount(3, 3, 3)})
+    open_ = S.Claim("the fitted curves predict 4x beyond their data", "t", S.UNTESTED)
+    one = S.planning_section(Path("/nonexistent"), holdouts={S.ARITHMETIC: hit})[3]
+    assert one.endswith('above: **supported** (hold-outs that decide: easy 3 (3 hit)).')
+    two = S.planning_section(Path("/nonexistent"), holdouts={S.ARITHMETIC: hit, S.CODES: open_})[3]
+    assert two.endswith('above, per testbed: arithmetic **supported** (hold-outs that decide: easy 3 (3 hit)); '
+                        'codes **not tested**.')
 
 
 def test_the_report_is_also_a_standalone_html_page(tmp_path):

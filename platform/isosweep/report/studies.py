@@ -13,6 +13,9 @@ Each claim gets the test, the numbers with their intervals and a verdict:
   excludes the alternative; a tie decides nothing);
 - **not resolvable at this scale**: ties, a grid edge, one seed, no study: with what it would take.
 
+Each claim that rests on the studies is tested on each testbed apart (:data:`TESTBEDS`: the task and model a study
+ran on, :func:`testbed_of`): a verdict on one testbed says nothing of another.
+
     isosweep report --dashboards dashboards     # -> dashboards/REPORT.md and report.html
 """
 
@@ -22,6 +25,7 @@ import csv
 import html
 import json
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,12 +41,55 @@ SUPPORTED, CONTRADICTED, UNRESOLVED, UNTESTED = ("supported", "contradicted", "n
                                                  "not tested")
 
 
+ARITHMETIC, CODES, PLANTED = "arithmetic", "codes", "planted control"
+TESTBEDS = (ARITHMETIC, CODES, PLANTED)
+"""The testbeds in the report's order: the arithmetic task with the tiny transformer, the codes tasks (needles
+found by sampling), and the planted control (the tabular policy, whose answer is known). Another task is a testbed
+of its own, named by the task, placed after codes and before the planted control."""
+
+TESTBED_NOTE = ("Testbeds: **arithmetic** is the tiny transformer on 2-digit addition; **codes** is a task of needle "
+                "problems whose answers must be found by sampling, and nothing learned on one family of needles "
+                "transfers to another; the **planted control** is a tabular policy on a codes task whose answer is "
+                "known from an independent simulation (`tabular-control/truth.md`), so a claim's verdict there tests "
+                "the platform, not the scale. Each claim is tested on each testbed apart.")
+"""The report's paragraph on the testbeds."""
+
+
+def testbed_of(params: Mapping[str, object]) -> str:
+    """The testbed of a trial's flattened settings (``trial_params``): :data:`PLANTED` when ``model.name`` is
+    ``tabular``, :data:`CODES` when ``task.name`` starts with ``codes``, else the task's name; :data:`ARITHMETIC`
+    without a ``task.name`` (every study before the other testbeds ran on arithmetic)."""
+    if str(params.get("model.name", "")) == "tabular":
+        return PLANTED
+    task = str(params.get("task.name", "") or ARITHMETIC)
+    return CODES if task.startswith("codes") else task
+
+
+def read_testbed(folder: str | Path) -> str:
+    """:func:`testbed_of` the top-level ``trial_params`` of the study folder's ``curves.json``; :data:`ARITHMETIC`
+    for a folder without ``curves.json`` or whose ``trial_params`` lack ``task.name`` and ``model.name`` (such
+    folders predate the other testbeds)."""
+    path = P.curves_path(folder)
+    if not path.exists():
+        return ARITHMETIC
+    params = json.loads(path.read_text()).get("trial_params") or {}
+    return testbed_of(params)
+
+
+def testbed_order(testbed: str) -> tuple[int, str]:
+    """Sort key of a testbed: arithmetic, codes, any other task by name, then the planted control."""
+    rank = {ARITHMETIC: 0, CODES: 1, PLANTED: 3}.get(testbed, 2)
+    return rank, testbed
+
+
 @dataclass(frozen=True)
 class Study:
-    """A study folder of ``dashboards/`` and its saved analysis."""
+    """A study folder of ``dashboards/``, its saved analysis and the testbed it ran on (:func:`read_testbed`,
+    filled in by :func:`read_studies`; :data:`ARITHMETIC` when not given)."""
 
     folder: str
     analysis: SavedAnalysis
+    testbed: str = ARITHMETIC
 
     @property
     def difficulty(self) -> str:
@@ -100,8 +147,10 @@ class Claim:
 
 
 def read_studies(dashboards: Path) -> list[Study]:
-    """Every ``<folder>/fits.json`` directly under ``dashboards``, sorted by folder name."""
-    return [Study(path.parent.name, read_analysis(path)) for path in sorted(dashboards.glob("*/fits.json"))]
+    """Every ``<folder>/fits.json`` directly under ``dashboards``, sorted by folder name, each with the testbed
+    its folder's ``curves.json`` names (:func:`read_testbed`)."""
+    return [Study(path.parent.name, read_analysis(path), read_testbed(path.parent))
+            for path in sorted(dashboards.glob("*/fits.json"))]
 
 
 def load_studies(dashboards: Path) -> list[Study]:
@@ -435,8 +484,10 @@ def same_prediction(study: Study, metric: str, d: DecisionHoldout, runs: list[P.
     return {(study.difficulty, d.C_max, d.predicted_config, records)}
 
 
-def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
-    """Fits predict 4x out."""
+def holdout_claim(studies: list[Study], dashboards: Path, synthetic: bool = True) -> Claim:
+    """Fits predict 4x out. With ``synthetic``, the evidence ends with the hit rate on the synthetic sweeps of
+    ``methods/validation.json`` where present (a check of the statistics, the same for every testbed: the report
+    shows it once)."""
     claim = Claim("the fitted curves predict 4x beyond their data",
                   "decision hold-out: every config fitted on C <= C_max/4, the predicted winner and its value at C_max "
                   "against what was observed; on the real studies and on synthetic sweeps with a known truth")
@@ -466,12 +517,12 @@ def holdout_claim(studies: list[Study], dashboards: Path) -> Claim:
                               f"({fmt(d.predicted_value)}), observed best {d.observed_config} -> "
                               + A.holdout_words(outcome, d.hit) + f", value error {fmt(d.abs_error)}{repeat}")
     validation = dashboards / "methods" / "validation.json"
-    if validation.exists():
+    if synthetic and validation.exists():
         v = json.loads(validation.read_text())
-        synthetic = v.get("decision_holdout_hit_rate")
-        if synthetic is not None:
+        hit_rate = v.get("decision_holdout_hit_rate")
+        if hit_rate is not None:
             claim.evidence.append(f"synthetic sweeps (`methods/`, {v.get('decision_holdout_possible', '?')} hold-outs): "
-                                  f"decision hold-out hit rate {synthetic:.2f}, median value error "
+                                  f"decision hold-out hit rate {hit_rate:.2f}, median value error "
                                   f"{fmt(v.get('decision_holdout_value_error_median_abs'))}")
     per_set: dict[str, list[bool]] = {}  # set -> whether each prediction that decided hit
     for _, same, on_set in decided:
@@ -549,25 +600,47 @@ def _budget(C: float) -> str:
     return f"{C:.0e}".replace("e+0", "e").replace("e+", "e")
 
 
-def planning_section(dashboards: Path, bootstrap: int = 100, holdouts: Claim | None = None) -> list[str]:
+def _holdout_verdict_words(claim: Claim) -> str:
+    """``**verdict**`` and, where any hold-out decided, ``(hold-outs that decide: ...)``."""
+    by_set = decided_by_set(claim) if any(c.decided for c in claim.by_set.values()) else ""
+    return f"**{claim.verdict}**" + (f" (hold-outs that decide: {by_set})" if by_set else "")
+
+
+def planning_section(dashboards: Path, bootstrap: int = 100,
+                     holdouts: Claim | Mapping[str, Claim] | None = None) -> list[str]:
     """What to run at each of :data:`PLAN_BUDGETS`, per task/difficulty/model and method, from the study
     folders that keep their trials' curves (``curves.json``), with the warnings and a leave-one-budget-out check.
-    ``holdouts`` (:func:`holdout_claim`'s verdict on the real studies) says how far a pick beyond the data is
-    to be trusted."""
+    The planted control (``model.name: tabular``, :data:`PLANTED`) is left out, and the section says so where a
+    folder of it is there: it checks the platform, it is not a run to plan. ``holdouts`` (:func:`holdout_claim`'s
+    verdict on the real studies, or testbed -> that testbed's) says how far a pick beyond the data is to be
+    trusted; a mapping of one testbed reads as that testbed's claim alone."""
     lines = ["", "## What to run at C = 1e5, 1e6, 1e7", "",
              "From `isosweep recommend --budget C --from dashboards` (the planner: every study folder of one task, "
              "difficulty, model and method pooled by allocation; predicted value with its 90% interval, P(best) from "
              f"{bootstrap} bootstrap replicates over seeds, sweeps and paired eval problems). Beyond the data the "
              "values are fits extrapolated, flagged below: read them as a direction and run the suggested sweep "
              "(`--suggest`) before acting on them."]
-    if holdouts is not None:
-        by_set = decided_by_set(holdouts) if any(c.decided for c in holdouts.by_set.values()) else ""
-        lines[-1] += (f" Whether such fits pick the winner 4x beyond their data is the claim \"{holdouts.title}\" "
-                      f"above: **{holdouts.verdict}**" + (f" (hold-outs that decide: {by_set})" if by_set else "") + ".")
-    sweeps = P.load_folders(dashboards)
+    if isinstance(holdouts, Claim):
+        holdouts = {"": holdouts}
+    if holdouts:
+        title = next(iter(holdouts.values())).title
+        if len(holdouts) == 1:
+            verdicts = f"above: {_holdout_verdict_words(next(iter(holdouts.values())))}"
+        else:
+            verdicts = "above, per testbed: " + "; ".join(f"{testbed} {_holdout_verdict_words(claim)}"
+                                                           for testbed, claim in holdouts.items())
+        lines[-1] += f" Whether such fits pick the winner 4x beyond their data is the claim \"{title}\" {verdicts}."
+    found = P.load_folders(dashboards)
+    sweeps = [data for data in found if testbed_of(P.trial_params(data)) != PLANTED]
+    controls = sorted(data.sweep_id for data in found if testbed_of(P.trial_params(data)) == PLANTED)
+    if controls:
+        lines += ["", "The planted control (`model.name: tabular`: "
+                      + ", ".join(f"`{sweep}`" for sweep in controls)
+                      + ") is left out: it checks the platform against a known answer, it is not a run to plan."]
     if not sweeps:
-        return lines + ["", "No study folder keeps its trials' curves (`curves.json`, written by `make report` and at "
-                            "the end of each sweep): nothing to plan from yet."]
+        return lines + ["", "No study folder" + (" other than the planted control" if controls else "")
+                        + " keeps its trials' curves (`curves.json`, written by `make report` and at the end of each "
+                          "sweep): nothing to plan from yet."]
     groups: dict[tuple, list] = {}
     for data in sweeps:
         # sweeps scored on other eval problems ran on other base models (or task settings): planned apart
@@ -621,11 +694,14 @@ def planning_section(dashboards: Path, bootstrap: int = 100, holdouts: Claim | N
     return lines
 
 
-def shared_runs(dashboards: Path) -> list[str]:
+def shared_runs(dashboards: Path, testbed: str | None = None) -> list[str]:
     """Lines naming the studies that ran the same trial (same allocation, seed, task, model and method: a
-    deterministic run measured twice), so their verdicts are read as not independent."""
+    deterministic run measured twice), so their verdicts are read as not independent; with ``testbed``, among
+    that testbed's study folders only (a run is on one testbed: its task and model are part of what it is)."""
     owners: dict[P.RunId, list[str]] = {}
     for data in P.load_folders(dashboards):
+        if testbed is not None and testbed_of(P.trial_params(data)) != testbed:
+            continue
         for c in data.curves:
             owners.setdefault(P.run_identity(data, c), []).append(data.sweep_id)
     pairs: dict[tuple[str, ...], list[str]] = {}
@@ -650,13 +726,45 @@ def _scored_on(folder: Path) -> str:
     return f"; eval set {', '.join(P.eval_sets(data)) or 'not recorded'}{base}"
 
 
+def testbeds(studies: list[Study]) -> list[str]:
+    """The report's testbeds, in :func:`testbed_order`: each testbed with at least one study, and
+    :data:`ARITHMETIC` always (the AIS claim is tested there, from its own folders)."""
+    return sorted({ARITHMETIC, *(s.testbed for s in studies)}, key=testbed_order)
+
+
+def testbed_claims(studies: list[Study], dashboards: Path) -> list[dict[str, Claim]]:
+    """The report's claims in order (n*, the metric per difficulty, the fixed batch, AIS, the hold-out), each as
+    testbed -> the claim tested on that testbed's studies alone, for every one of :func:`testbeds`. The AIS claim
+    reads its own folders (arithmetic runs) and is there under :data:`ARITHMETIC` only; the synthetic sweeps'
+    hold-out line (a check of the statistics, not of a testbed) is in the first testbed's hold-out claim only."""
+    beds = testbeds(studies)
+    on = {bed: [s for s in studies if s.testbed == bed] for bed in beds}
+    claims = [{bed: make(on[bed]) for bed in beds} for make in (n_star_claim, n_metric_claim, fixed_batch_claim)]
+    claims.append({ARITHMETIC: ais_claim(dashboards)})
+    claims.append({bed: holdout_claim(on[bed], dashboards, synthetic=i == 0) for i, bed in enumerate(beds)})
+    return claims
+
+
+def summary_cell(claims: dict[str, Claim], testbed: str) -> str:
+    """A summary table cell: ``—`` for a claim not tested on ``testbed`` at all (AIS beyond arithmetic), ``no
+    study yet`` where none of its studies bears on the claim, else the verdict in bold."""
+    claim = claims.get(testbed)
+    if claim is None:
+        return "—"
+    if claim.verdict == UNTESTED and not claim.evidence:
+        return "no study yet"
+    return f"**{claim.verdict}**"
+
+
 def build_report(dashboards: str | Path) -> str:
-    """REPORT.md's text from the studies under ``dashboards``."""
+    """REPORT.md's text from the studies under ``dashboards``: a summary table with one column per testbed
+    (:func:`testbeds`), each claim's test and, per testbed, its verdict, evidence and needs
+    (:func:`testbed_claims`), the planning section, and the studies grouped by testbed."""
     dashboards = Path(dashboards)
     studies = load_studies(dashboards)
-    holdouts = holdout_claim(studies, dashboards)
-    claims = [n_star_claim(studies), n_metric_claim(studies), fixed_batch_claim(studies), ais_claim(dashboards),
-              holdouts]
+    beds = testbeds(studies)
+    claims = testbed_claims(studies, dashboards)
+    holdouts = claims[-1]
     lines = ["# What the studies found", "",
              "Generated by `make report` (`isosweep report`) from the study folders in this directory; every number "
              "comes from a study's `fits.json` (its frontier analysis, redone from MLflow by `isosweep frontier "
@@ -666,29 +774,40 @@ def build_report(dashboards: str | Path) -> str:
              "the base model it ran on, named below by its eval set (the easy and hard sets come from that model's "
              "pass rates): a tiny base model built by isosweep before warm-up version 2 depended on the CPU that "
              "built it, so a sweep run on another machine or version may start elsewhere and score other problems.",
-             "",
-             "| claim | verdict |", "| --- | --- |"]
-    lines += [f"| {c.title} | **{c.verdict}** |" for c in claims]
-    for c in claims:
-        lines += ["", f"## {c.title}", "", f"**Verdict: {c.verdict}.**", "", f"Test: {c.test}.", ""]
-        lines += [f"- {e}" for e in c.evidence] or ["- no study of the current method tests this yet"]
-        if c.needs:
-            lines += ["", f"What it would take: {c.needs}."]
-    lines += planning_section(dashboards, holdouts=holdouts)
-    lines += ["", "## Studies", ""]
+             "", TESTBED_NOTE, "",
+             "| claim | " + " | ".join(beds) + " |", "| --- |" + " --- |" * len(beds)]
+    for by_bed in claims:
+        title = next(iter(by_bed.values())).title
+        lines.append(f"| {title} | " + " | ".join(summary_cell(by_bed, bed) for bed in beds) + " |")
+    for by_bed in claims:
+        first = next(iter(by_bed.values()))
+        lines += ["", f"## {first.title}", "", f"Test: {first.test}."]
+        for bed, c in by_bed.items():
+            lines += ["", f"### {bed}", "", f"**Verdict: {c.verdict}.**", ""]
+            lines += [f"- {e}" for e in c.evidence] or [
+                "- no study of the current method on this testbed tests this yet"]
+            if c.needs:
+                lines += ["", f"What it would take: {c.needs}."]
+    lines += planning_section(dashboards, holdouts={bed: c for bed, c in holdouts.items() if bed != PLANTED})
+    lines += ["", "## Studies"]
     every = read_studies(dashboards)
+    on_bed = {s.folder: s.testbed for s in every}
     pooled = pooled_sweeps(every)
-    for sweep, folder in sorted(pooled.items()):
-        lines.append(f"- sweep `{sweep}`: its trials are pooled into `{folder}` and counted there")
-    for small, big in sorted(contained_studies([s for s in every if s.analysis.title not in pooled]).items()):
-        lines.append(f"- `{small}`: every trial of it is also in `{big}` (the same configs, seeds and numbers), "
-                     "counted there")
-    for s in studies:
-        lines.append(f"- {s.label()}: {s.analysis.trials} trials, {s.analysis.noise}{_scored_on(dashboards / s.folder)}")
-        warning = s.zero_signal_warning()
-        if warning:
-            lines.append(f"  - {warning}")
-    lines += shared_runs(dashboards)
+    contained = contained_studies([s for s in every if s.analysis.title not in pooled])
+    for bed in beds:
+        group = [f"- sweep `{sweep}`: its trials are pooled into `{folder}` and counted there"
+                 for sweep, folder in sorted(pooled.items()) if on_bed[folder] == bed]
+        group += [f"- `{small}`: every trial of it is also in `{big}` (the same configs, seeds and numbers), counted "
+                  "there" for small, big in sorted(contained.items()) if on_bed[small] == bed]
+        for s in (s for s in studies if s.testbed == bed):
+            group.append(f"- {s.label()}: {s.analysis.trials} trials, {s.analysis.noise}"
+                         f"{_scored_on(dashboards / s.folder)}")
+            warning = s.zero_signal_warning()
+            if warning:
+                group.append(f"  - {warning}")
+        group += shared_runs(dashboards, bed)
+        if group:
+            lines += ["", f"**{bed}**", "", *group]
     pick = _pilot_pick(dashboards)
     if pick:
         lines += ["", f"Learning rate of the default recipe (`calibration/summary.md`): {pick.replace('**', '')}."]
