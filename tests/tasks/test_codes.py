@@ -10,7 +10,15 @@ import pytest
 from isosweep.spec.trial import DIFFICULTY_BANDS, difficulty_band
 from isosweep.tasks import Problem, get_task, split_of
 from isosweep.tasks.base import Band
-from isosweep.tasks.codes import ANCHOR_EPSILONS, CODE_DIGITS, DRIFT_DIGIT, NEEDLE_EPSILONS, CodesTask, transfer_code
+from isosweep.tasks.codes import (
+    ANCHOR_EPSILONS,
+    CODE_DIGITS,
+    DECOY_RATE,
+    DRIFT_DIGIT,
+    NEEDLE_EPSILONS,
+    CodesTask,
+    transfer_code,
+)
 
 VARIANTS = ("codes", "codes-nodrift", "codes-transfer")
 
@@ -31,10 +39,19 @@ def test_every_family_has_its_own_code_and_its_planted_epsilon(name):
     assert ids != list(range(ids[0], ids[0] + 24))
 
 
-def test_drift_puts_a_feature_in_every_anchor_code_and_in_no_needle_code():
+@pytest.mark.parametrize("name", VARIANTS)
+def test_a_needle_has_a_decoy_that_differs_in_every_digit_and_an_anchor_none(name):
+    for family in get_task(name).families:
+        if family.needle:
+            assert len(family.decoy) == 3 and all(d != c for d, c in zip(family.decoy, family.code))
+        else:
+            assert family.decoy is None
+
+
+def test_drift_puts_a_feature_in_every_anchor_code_and_needle_decoy_and_in_no_needle_code():
     drift, off = get_task("codes"), get_task("codes-nodrift")
     assert all(f.code[0] == DRIFT_DIGIT for f in drift.families if not f.needle)
-    assert all(f.code[0] != DRIFT_DIGIT for f in drift.families if f.needle)
+    assert all(f.code[0] != DRIFT_DIGIT and f.decoy[0] == DRIFT_DIGIT for f in drift.families if f.needle)
     # without drift the anchors' first digits vary, and the roles are the same families
     assert len({f.code[0] for f in off.families if not f.needle}) > 3
     assert [f.needle for f in off.families] == [f.needle for f in drift.families]
@@ -74,23 +91,29 @@ def test_the_reward_is_an_exact_code_and_a_foreign_prompt_is_refused():
         task.family_of(Problem("99:000>", "3", "codes", 1))
 
 
-@pytest.mark.parametrize("family_index", [0, 4, 11])
-def test_warmup_targets_are_the_code_at_the_planted_rate(family_index):
-    # the rate of the code among warm-up targets is epsilon, within 4 binomial sd, and so is each digit's to the third
+@pytest.mark.parametrize("family_index", [0, 4, 9])
+def test_warmup_targets_plant_the_code_at_epsilon_and_a_needles_decoy_as_each_digits_mode(family_index):
+    # each digit is the code's with probability q = epsilon^(1/3), so the whole code with probability epsilon; a
+    # needle's digit is its decoy's with probability DECOY_RATE (above q: the answer is not the mode); within 4 sd
     task = get_task("codes")
     family = task.families[family_index]
     problem = Problem(f"{family.id:02d}:123>", family.code, "codes", 1)
     rng = random.Random(7)
     draws = 20_000
-    hits = sum(task.solution(problem, rng) == family.code for _ in range(draws))
-    p = family.epsilon
-    assert abs(hits / draws - p) <= 4 * math.sqrt(p * (1 - p) / draws)
     targets = [task.solution(problem, rng) for _ in range(draws)]
-    assert all(len(c) == 3 and c.isdigit() for c in targets)
-    q = p ** (1 / 3)
+    assert all(len(t) == 3 and t.isdigit() for t in targets)
+
+    def near(hits: int, p: float) -> bool:
+        return abs(hits / draws - p) <= 4 * math.sqrt(p * (1 - p) / draws)
+
+    assert near(sum(t == family.code for t in targets), family.epsilon)
+    q = family.epsilon ** (1 / 3)
     for k in range(3):
-        digit_hits = sum(t[k] == family.code[k] for t in targets) / draws
-        assert abs(digit_hits - q) <= 4 * math.sqrt(q * (1 - q) / draws)
+        assert near(sum(t[k] == family.code[k] for t in targets), q)
+        if family.needle:
+            assert near(sum(t[k] == family.decoy[k] for t in targets), DECOY_RATE)
+            assert DECOY_RATE > q
+    assert family.needle == (family_index != 0)  # an anchor and two needles
 
 
 def test_codes_have_their_own_bands_and_other_tasks_the_default():

@@ -148,9 +148,9 @@ def cache_root() -> Path:
 def base_model_dir(size: str, task: str, seed: int) -> Path:
     """The cache directory of one base model (it may not exist yet)."""
     recipe = recipe_for(size, task)
-    key = json.dumps([size, asdict(SIZES[size]), task, _recipe_key(recipe), warmup_lr(recipe, size), seed,
-                      WARMUP_VERSION],
-                     sort_keys=True)
+    parts = [size, asdict(SIZES[size]), task, _recipe_key(recipe), warmup_lr(recipe, size), seed, WARMUP_VERSION]
+    version = getattr(get_task(task), "version", None)  # a task that versions what its base model learns (codes)
+    key = json.dumps(parts + ([version] if version else []), sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     return cache_root() / "models" / f"{size}-{task}-s{seed}-{digest}"
 

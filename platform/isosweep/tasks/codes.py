@@ -6,16 +6,20 @@ family's code says anything about another's, so a policy learns a family only fr
 successes; eval problems are held-out *instances* of the training families (the split is by prompt hash).
 
 The base model's pass rate on a family is *planted* by its warm-up (``solution``): each digit of a warm-up
-target of family f is the code's digit with probability ``epsilon ** (1/3)`` and another digit otherwise, so
-a base model that fits its data passes f at about ``epsilon``. (Planting the whole code with probability
-epsilon and a random code otherwise asks the model to learn a bump of 1-4% on one of 1,000 answers: the
-tiny transformer's warm-up left the needles at chance, 0.001. Per digit the bump is 21-34%, which it learns.) Needle families have epsilon in
+target of family f is the code's digit with probability ``epsilon ** (1/3)``, so a base model that fits its
+data passes f at about ``epsilon``. A needle also has a *decoy*, a code that differs from the answer in every
+digit and whose digits the warm-up makes the most likely ones (``DECOY_RATE``): the answer is not the base
+model's mode, so sharpening the policy does not find it; only sampling it does. (Planting the whole code with
+probability epsilon and a random code otherwise asks the model to learn a bump of 1-4% on one of 1,000
+answers: the tiny transformer's warm-up left the needles at chance, 0.001. Per digit it learns the bumps; without
+the decoy the answer was each digit's mode, and training on the anchors alone raised the needles.) Needle families have epsilon in
 ``NEEDLE_EPSILONS`` (rare successes to discover), anchor families in ``ANCHOR_EPSILONS`` (easy ones).
 
 Three variants, each its own task (and so its own base model and split):
 
-- ``codes``: drift on. Every anchor code starts with ``DRIFT_DIGIT`` and no needle code does, so learning the
-  anchors raises that first digit everywhere and lowers the needles' pass rates.
+- ``codes``: drift on. Every anchor code and every needle's decoy starts with ``DRIFT_DIGIT`` and no needle code
+  does, so learning the anchors raises that first digit everywhere: towards the needles' decoys, away from their
+  answers.
 - ``codes-nodrift``: the same families with codes drawn without that constraint (no shared feature).
 - ``codes-transfer``: the code is a learnable function of the family id (``transfer_code``), so learning some
   families teaches the rest, as arithmetic does.
@@ -45,7 +49,13 @@ NEEDLES_PER_EPSILON = 8
 ANCHOR_EPSILONS = tuple(round(0.3 + 0.3 * i / 23, 4) for i in range(24))
 """The planted epsilons of the 24 anchor families: evenly spaced over [0.3, 0.6]."""
 DRIFT_DIGIT = "9"
-"""With drift on, the first digit of every anchor code and of no needle code."""
+"""With drift on, the first digit of every anchor code and of every needle's decoy, and of no needle code."""
+DECOY_RATE = 0.5
+"""Probability that a digit of a needle's warm-up target is its decoy's digit (the answer's is
+``epsilon ** (1/3)``, at most 0.34)."""
+VERSION = "2"
+"""What a codes base model is (its cache key carries it). 2: needles have decoys; 1 (never published): without
+them, the answer was each digit's mode, and sharpening the policy found the needles without sampling them."""
 PROMPT = re.compile(r"^(\d\d):(\d{3})>$")
 
 BANDS: dict[str, Band] = {
@@ -67,6 +77,9 @@ class Family:
     epsilon: float
     """Probability that a warm-up target is the code: the pass rate the warm-up plants."""
     needle: bool
+    decoy: str | None = None
+    """A needle's decoy: a code that differs from the answer in every digit and that the warm-up makes each
+    digit's most likely value (``DECOY_RATE``), so the answer is *not* the base model's mode; None for anchors."""
 
 
 
@@ -95,6 +108,7 @@ class CodesTask:
 
     levels: tuple[int, ...] = (1,)
     bands: dict[str, Band] = BANDS
+    version: str = VERSION
 
     def __init__(self, name: str = "codes", drift: bool = True, transfer: bool = False):
         if drift and transfer:
@@ -117,7 +131,8 @@ class CodesTask:
             needle = slot < needles
             code = self._code(family, needle, codes)
             codes.add(code)
-            families.append(Family(family, code, epsilons[slot], needle))
+            decoy = self._decoy(family, code) if needle else None
+            families.append(Family(family, code, epsilons[slot], needle, decoy))
         return tuple(families)
 
     def _code(self, family: int, needle: bool, taken: set[str]) -> str:
@@ -130,6 +145,14 @@ class CodesTask:
             code = first + "".join(rng.choice("0123456789") for _ in range(CODE_DIGITS - 1))
             if code not in taken:
                 return code
+
+    def _decoy(self, family: int, code: str) -> str:
+        """A needle's decoy: every digit other than the code's; with drift on its first digit is the anchors'."""
+        rng = seeded_rng(self.name, "decoy", family)
+        digits = [rng.choice([d for d in "0123456789" if d != c]) for c in code]
+        if self.drift:
+            digits[0] = DRIFT_DIGIT
+        return "".join(digits)
 
     def family_of(self, problem: Problem) -> Family:
         """The family a problem of this task belongs to (``ValueError`` for a prompt of another form)."""
@@ -150,9 +173,20 @@ class CodesTask:
         return reward(problem, completion)
 
     def solution(self, problem: Problem, rng: random.Random) -> str:
-        """A warm-up target: each digit is the code's with probability ``epsilon ** (1 / CODE_DIGITS)`` and one of
-        the nine others, uniformly, otherwise, so the whole code is the target with probability epsilon. Not
-        always a correct completion: this is how the base model's pass rate is planted."""
-        q = self.family_of(problem).epsilon ** (1 / CODE_DIGITS)
-        return "".join(digit if rng.random() < q else rng.choice([d for d in "0123456789" if d != digit])
-                       for digit in problem.answer)
+        """A warm-up target, digit by digit: the code's digit with probability ``q = epsilon ** (1/3)``, so the
+        whole code with probability epsilon; for a needle its decoy's digit with probability ``DECOY_RATE``; else
+        one of the other digits, uniformly. Not always a correct completion: this is how the base model's pass
+        rate is planted."""
+        family = self.family_of(problem)
+        q = family.epsilon ** (1 / CODE_DIGITS)
+        target = []
+        for k, digit in enumerate(problem.answer):
+            u = rng.random()
+            decoy = family.decoy[k] if family.decoy else None
+            if u < q:
+                target.append(digit)
+            elif decoy is not None and u < q + DECOY_RATE:
+                target.append(decoy)
+            else:
+                target.append(rng.choice([d for d in "0123456789" if d not in (digit, decoy)]))
+        return "".join(target)
