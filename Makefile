@@ -20,6 +20,7 @@ RUNS ?= runs/sweeps
 # Unset: a sweep's report stays beside its runs (RUNS/<sweep id>/frontier) and in MLflow, and the committed
 # studies in dashboards/ change only through `make report` or DASHBOARDS=dashboards given on purpose.
 DASHBOARDS ?=
+ADAPTIVE ?=
 
 .DEFAULT_GOAL := help
 
@@ -36,8 +37,8 @@ NEED_CLUSTER_OR_ADDRESS = make submit: set CLUSTER (a cluster YAML started with 
 .PHONY: help docs gpu-check gpu-wheels hpo-bench hpo-table cluster-up cluster-down submit venv browser ui-screenshot test models trial ais-study calibrate validate-stats report bench sweep frontier recommend ui ui-stop clean
 
 ##@ Everyday:
-sweep: $(STAMP) ## run (or resume) [SWEEP=sweeps/isocompute-easy.yaml] [BUDGET=1e5] [STUDY_BUDGET=4x] [DASHBOARDS=]
-	$(BIN)/isosweep sweep $(SWEEP) $(if $(BUDGET),--budget $(BUDGET)) $(if $(STUDY_BUDGET),--study-budget $(STUDY_BUDGET)) --runs $(RUNS) $(if $(DASHBOARDS),--dashboards $(DASHBOARDS))
+sweep: $(STAMP) ## run (or resume) [SWEEP=sweeps/isocompute-easy.yaml] [BUDGET=1e5] [STUDY_BUDGET=4x] [ADAPTIVE=1] [DASHBOARDS=]
+	$(BIN)/isosweep sweep $(SWEEP) $(if $(BUDGET),--budget $(BUDGET)) $(if $(STUDY_BUDGET),--study-budget $(STUDY_BUDGET)) $(if $(ADAPTIVE),--adaptive) --runs $(RUNS) $(if $(DASHBOARDS),--dashboards $(DASHBOARDS))
 
 ui: $(STAMP) ## the MLflow UI (local server, SQLite in .mlflow/) on 127.0.0.1:5000
 	$(BIN)/isosweep ui

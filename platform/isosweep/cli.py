@@ -8,6 +8,7 @@ before any model is built or trained.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -29,7 +30,7 @@ from isosweep.report.studies import write_report as write_study_report
 from isosweep.run.memory import memory_table
 from isosweep.run.plan import check_memory, plan, prompt_tokens, study_memory
 from isosweep.run.submit import how_to_follow, ray_cli, submit, token_auth
-from isosweep.spec.grid import Sweep
+from isosweep.spec.grid import AdaptiveSpec, Sweep
 from isosweep.spec.hpo import HPOStudy
 from isosweep.spec.study import load_study
 from isosweep.spec.trial import load_trial
@@ -159,6 +160,8 @@ def _sweep(args: argparse.Namespace) -> None:
     study = load_study(args.spec, args.budget, args.study_budget)
     if isinstance(study, HPOStudy):
         return _hpo(study, args)
+    if args.adaptive and study.spec.adaptive is None:
+        study = dataclasses.replace(study, spec=study.spec.model_copy(update={"adaptive": AdaptiveSpec()}))
     if args.dry_run:
         _dry_run(study, args.cluster)
         return
@@ -365,6 +368,10 @@ def build_parser() -> argparse.ArgumentParser:
     budgets.add_argument("--study-budget", default=None,
                          help="HPO studies: total spend in target-equivalent rollouts, or e.g. 6x for six "
                               "full-fidelity trials (default: the file's study_budget)")
+    budgets.add_argument("--adaptive", action="store_true",
+                         help="grid sweeps: advance in budget rungs (C/64, C/16, C/4) and stop the configurations that "
+                              "cannot reach the frontier (the file's adaptive: section, else its defaults); the same "
+                              "sweep id, so a later run without it resumes the stopped trials")
     outputs = sweep.add_argument_group("where the results go")
     outputs.add_argument("--runs", default="runs/sweeps",
                          help="RUNS/<sweep id>/ holds the trials and the report (default: runs/sweeps)")

@@ -321,3 +321,31 @@ def test_with_no_noise_to_measure_against_any_difference_is_flagged():
     assert "z = - -> DISAGREES" in table_text(replace(analyse(checked([None]), title="t", study="isocompute",
                                                               budget=BUDGET, primary="mean@4", bootstrap=0).saved(),
                                                       zero_signal=differ))
+
+
+def test_the_frontier_plot_marks_where_a_stopped_curve_was_cut(tmp_path, monkeypatch):
+    # a curve that ends below its trial's M * Bp * n (an adaptive sweep stopped it) gets a cross at its end, once
+    # in the legend; a full sweep's plot has none
+    from isosweep.report import render
+
+    full = [curve(key, 0.01, i) for i, key in enumerate(TRUE)]
+    cut = [replace(c, compute=c.compute[:6], values={k: v[:6] for k, v in c.values.items()})
+           if c.key == "n16-Bp16" else c for c in full]
+    assert render.full_compute(cut[2]) > cut[2].compute[-1] and render.full_compute(cut[0]) <= full[0].compute[-1]
+    crosses: list[dict] = []
+    real_scatter = render.pyplot().Axes.scatter
+
+    def scatter(ax, *args, **kw):
+        if kw.get("marker") == "x":
+            crosses.append(kw)
+        return real_scatter(ax, *args, **kw)
+
+    monkeypatch.setattr(render.pyplot().Axes, "scatter", scatter)
+    for curves in (full, cut):
+        result = analyse(curves, title="cut", study="isocompute", budget=BUDGET, primary="mean@4", points=5,
+                         bootstrap=10)
+        assert render.plot_frontier(result)[:8] == b"\x89PNG\r\n\x1a\n"
+        if curves is full:
+            assert crosses == []
+    assert len(crosses) == 3  # one per metric panel
+    assert [c["label"] for c in crosses] == ["stopped early (where its curve was cut)"] * 3

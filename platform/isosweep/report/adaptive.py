@@ -116,11 +116,13 @@ def _bands(curves: list[Curve], metric: str, keys: list[str], grid: np.ndarray, 
 
 
 def frontier_stops(curves: list[Curve], metric: str, running: list[str], C: float, budget: float,
-                   rule: Rule) -> list[Stop]:
+                   rule: Rule, seen: float | None = None) -> list[Stop]:
     """The running configurations the frontier rule stops at rung ``C`` (module docstring), from ``curves`` cut
-    at ``C``."""
+    at ``seen`` (default ``C``; a live sweep passes ``inf``: its trials ran to their first evaluation at or past
+    the rung, and every record they hold is one the decision may see)."""
     grid = np.geomspace(C, budget, SCAN)
-    bands = _bands([P.cut(c, C) for c in curves if c.config in running], metric, running, grid, rule)
+    horizon = C if seen is None else seen
+    bands = _bands([P.cut(c, horizon) for c in curves if c.config in running], metric, running, grid, rule)
     stops = []
     for key, (_, _, high) in bands.items():
         others = [low for other, (_, low, _) in bands.items() if other != key]

@@ -139,9 +139,14 @@ def write_csv(analysis: SavedAnalysis, path: Path) -> None:
 # --------------------------------------------------------------------------------- plots
 
 
+def full_compute(curve) -> float:
+    """The compute a curve's trial runs to, ``M * Bp * n``: a curve that ends below it was stopped early."""
+    return float(curve.fields["M"] * curve.fields["Bp"] * curve.fields["n"])
+
+
 def plot_frontier(analysis: Analysis) -> bytes:
     """One panel per metric: each config's eval curves (thin), each seed's running best (dots: the fitted
-    points), fit (line), frontier (black)."""
+    points), fit (line), frontier (black); a cross where a curve was cut (a trial an adaptive sweep stopped)."""
     plt = pyplot()
     names = list(analysis.metrics)
     fig, axes = plt.subplots(1, len(names), figsize=(5.2 * len(names), 4.2), squeeze=False)
@@ -149,11 +154,16 @@ def plot_frontier(analysis: Analysis) -> bytes:
     for ax, name in zip(axes[0], names):
         m = analysis.metrics[name]
         grid = np.geomspace(m.rows[0].C, m.rows[-1].C, 200)
+        cut_label = "stopped early (where its curve was cut)"
         for i, key in enumerate(analysis.configs):
             colour = colours[i % len(colours)]
             for curve in (c for c in analysis.curves if c.config == key):
                 keep = curve.compute > 0
                 ax.plot(curve.compute[keep], curve.values[name][keep], color=colour, alpha=0.25, lw=1)
+                if len(curve.compute) and curve.compute[-1] < full_compute(curve):  # an adaptive sweep stopped it
+                    ax.scatter([curve.compute[-1]], [curve.values[name][-1]], marker="x", s=60, color=colour,
+                               zorder=4, label=cut_label)
+                    cut_label = None
             c, v = m.records[key]
             ax.scatter(c[c > 0], v[c > 0], color=colour, s=14, zorder=3)
             if key in m.fits:

@@ -24,6 +24,7 @@ from isosweep.report import planner as P
 from isosweep.report.analysis import Analysis, analyse
 from isosweep.report.planner import write_sweep_data
 from isosweep.report.render import table_text, write_outputs
+from isosweep.run.adaptive import run_phases, stopped_trials
 from isosweep.run.core import (
     Progress,
     StudyStanding,
@@ -35,6 +36,7 @@ from isosweep.run.core import (
     is_finished,
     live_wanted,
     open_study,
+    ray_session,
     run_trials,
     say,
     trial_of,
@@ -53,9 +55,10 @@ class GridProgress:
     """The progress of a grid sweep: trials done, rollouts done of all, the best eval so far, time left; each
     running trial's rollouts and last eval."""
 
-    def __init__(self, sweep: Sweep, sweep_out: Path) -> None:
+    def __init__(self, sweep: Sweep, sweep_out: Path, stopped: set[str] = frozenset()) -> None:
         self.metric = sweep.metric
         self.total = {p.key: steps(p.cfg) * p.cfg.Bp * p.cfg.n for p in sweep.trials}
+        self.configs = {p.key: p.cfg for p in sweep.trials}
         self.rollouts: dict[str, int] = {}
         self.best: tuple[str | None, float] = (None, -math.inf)
         self.last: dict[str, float] = {}
@@ -69,6 +72,9 @@ class GridProgress:
             for r in records:
                 self._beat(point.key, r)
             if is_finished(trial, point.cfg):
+                self.done.add(point.key)
+            elif point.key in stopped:  # an adaptive sweep stopped it: done where it ended
+                self.total[point.key] = self.rollouts[point.key]
                 self.done.add(point.key)
         self.at_start = sum(self.rollouts.values())
 
@@ -84,6 +90,10 @@ class GridProgress:
         self._beat(key, result)
 
     def complete(self, key: str) -> str:
+        trial = self.trials[key]
+        if not is_finished(trial, self.configs[key]) and trial.pause_at() is not None:
+            self.rollouts[key] = max(self.rollouts[key], trial.last_step_rollouts())
+            return f"[sweep] trial {key} paused at {self.rollouts[key]:,} rollouts (its rung: {trial.pause_at():,})"
         self.done.add(key)
         self.rollouts[key] = self.total[key]
         return f"[sweep] trial {key} finished"
@@ -158,19 +168,34 @@ def _run_locked(sweep: Sweep, sweep_out: Path, uri: str, dashboards: str | Path 
     log(f"[sweep] {sweep.sweep_id}: {sweep.spec.study} study, {len(sweep.trials)} trials at C = {sweep.budget:,} "
         f"rollouts each ({len(sweep.trials) - len(pending)} already finished); output {sweep_out}")
     log(f"[sweep] MLflow: {uri} (experiment '{runs.EXPERIMENT}', parent run {parent_id})")
-    outcome = TrialsOutcome(interrupted=False)
-    if pending:
+    outcomes: list[TrialsOutcome] = []
+
+    def launch(points: list) -> bool:
         jobs = [TrialJob(key=p.key, config_key=p.config_key, cfg=p.cfg, out=str(trial_of(sweep_out, p.key).path),
-                         sweep_id=sweep.sweep_id, parent_run_id=parent_id, tracking_uri=uri) for p in pending]
-        progress = Progress(GridProgress(sweep, sweep_out), sweep_out, log, progress_every_s, "sweep", uri=uri,
-                            live=live and live_wanted())
-        outcome = run_trials(sweep_out, [p.cfg for p in sweep.trials], sweep.path, address, progress, log,
-                             "sweep", limit=concurrency, expected=len(jobs),
-                             param_space={"trial": tune.grid_search([j.to_tune() for j in jobs])})
+                         sweep_id=sweep.sweep_id, parent_run_id=parent_id, tracking_uri=uri) for p in points]
+        stopped_now = stopped_trials(sweep, sweep_out) if sweep.spec.adaptive is not None else set()
+        progress = Progress(GridProgress(sweep, sweep_out, stopped_now), sweep_out, log, progress_every_s, "sweep",
+                            uri=uri, live=live and live_wanted())
+        outcomes.append(run_trials(sweep_out, [p.cfg for p in sweep.trials], sweep.path, address, progress, log,
+                                   "sweep", limit=concurrency, expected=len(jobs),
+                                   param_space={"trial": tune.grid_search([j.to_tune() for j in jobs])}))
         settle()  # trials that ran while MLflow was down: their runs created and caught up now that it answers
+        return not outcomes[-1].interrupted
+
+    stopped: set[str] = set()
+    if sweep.spec.adaptive is not None:
+        with ray_session(address):  # one Ray for every phase: each would start and stop its own
+            run_phases(sweep, sweep_out, sweep.spec.adaptive, launch, client, parent_id, log)
+        stopped = stopped_trials(sweep, sweep_out)
+    elif pending:
+        for point in pending:  # a sweep run adaptively before: its trials now run to C
+            trial_of(sweep_out, point.key).clear_pause()
+        launch(pending)
+    outcome = TrialsOutcome(interrupted=any(o.interrupted for o in outcomes))
     # the trial folders say what is done; the outcome says why the rest is not: stopped by the user (KILLED, even
     # if some trials had failed by then), else failed trials (FAILED)
-    unfinished = [p.key for p in sweep.trials if not is_finished(trial_of(sweep_out, p.key), p.cfg)]
+    unfinished = [p.key for p in sweep.trials
+                  if not is_finished(trial_of(sweep_out, p.key), p.cfg) and p.key not in stopped]
     if unfinished:
         client.update_run(parent_id, status="KILLED" if outcome.interrupted else "FAILED")
         log(f"[sweep] {'interrupted' if outcome.interrupted else 'incomplete'}: {len(unfinished)} of "

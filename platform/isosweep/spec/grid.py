@@ -65,6 +65,30 @@ class FrontierSpec(Section):
     """Bootstrap refits per config for the confidence intervals (0: none)."""
 
 
+class AdaptiveSpec(Section):
+    """An adaptive sweep: configurations advance through budget rungs, and at each rung those that cannot be on
+    the frontier anywhere above it are stopped (:mod:`isosweep.report.adaptive`). Stopped trials keep their
+    checkpoints, so the same file run without ``adaptive`` resumes them."""
+
+    rungs: tuple[float, ...] = (64, 16, 4)
+    """The rungs as divisors of C: C/64, C/16, C/4 (then C itself, where every trial left ends)."""
+    method: Literal["frontier", "asha"] = "frontier"
+    """``frontier``: stop a configuration only when, with ``confidence``, its fitted band stays below another's from
+    the rung to C (it cannot be on the frontier there); ``asha``: keep the best 1/eta by their running best at each
+    rung (rank at one fidelity: replayed on this project's studies it lost the frontier in most of them)."""
+    confidence: float = Field(0.9, ge=0.5, lt=1)
+    """The frontier rule's band: the central ``confidence`` of its bootstrap refits."""
+    bootstrap: int = Field(100, ge=10)
+    """Refits per configuration behind each decision's bands."""
+
+    @field_validator("rungs")
+    @classmethod
+    def _decreasing_divisors(cls, rungs: tuple[float, ...]) -> tuple[float, ...]:
+        if not rungs or any(r <= 1 for r in rungs) or list(rungs) != sorted(set(rungs), reverse=True):
+            raise ValueError(f"rungs {list(rungs)}: decreasing divisors of C, each > 1 (e.g. [64, 16, 4])")
+        return rungs
+
+
 class EstimateSpec(Section):
     """What ``--dry-run`` needs to estimate GPU-hours: the model's size and how fast the hardware runs it.
 
@@ -106,6 +130,9 @@ class SweepSpec(Section):
     frontier: FrontierSpec = FrontierSpec()
     estimate: EstimateSpec | None = None
     """Optional cost model for ``--dry-run`` on GPU profiles."""
+    adaptive: AdaptiveSpec | None = None
+    """Run adaptively (``isosweep sweep --adaptive`` turns it on with the defaults): stop configurations at budget
+    rungs where they cannot reach the frontier. Not part of the sweep's id: the same trials, fewer of them run to C."""
 
     _slug = field_validator("name")(classmethod(lambda cls, name: slug(name)))
 

@@ -8,6 +8,7 @@
             checkpoints/best         the name of the best checkpoint
             STOP                     written by whoever stops the trial early (an HPO study)
             STOPPED                  written by the trial when it has seen STOP and ended
+            PAUSE                    written by an adaptive sweep: the rollouts of the rung to pause at
             trial.log                the trial's log lines
 
 Everything that reads or writes these files goes through :class:`TrialDir`: the training loop
@@ -36,6 +37,10 @@ STOP_FILE = "STOP"
 scheduler): the loop ends before its next step, and its Ray Train job with it."""
 STOPPED_FILE = "STOPPED"
 """Written by the loop when it has seen ``STOP`` and ended: the step it stopped at."""
+PAUSE_FILE = "PAUSE"
+"""Written into a trial's directory by an adaptive sweep: a number of rollouts (a budget rung). The loop ends at its
+first evaluation at or past it (a checkpoint is taken there), so the sweep can decide at the rung and start it
+again later from that checkpoint; removed by the sweep when the trial may run to its budget."""
 LOG_FILE = "trial.log"
 
 KILL_AT = "ISOSWEEP_KILL_AT"
@@ -364,6 +369,20 @@ class TrialDir:
         shutil.rmtree(self.path, ignore_errors=True)
         os.replace(tmp.path, self.path)
         return int(record["rollouts"])
+
+    # -- pausing at a rung (adaptive sweeps) -------------------------------------------------
+    def request_pause(self, rollouts: int) -> None:
+        """Ask the trial to end at its first evaluation at or past ``rollouts`` (it can be started again)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        atomic_write(self.path / PAUSE_FILE, str(int(rollouts)))
+
+    def pause_at(self) -> int | None:
+        """The rollouts the trial is asked to pause at, or None."""
+        path = self.path / PAUSE_FILE
+        return int(path.read_text().strip()) if path.exists() else None
+
+    def clear_pause(self) -> None:
+        (self.path / PAUSE_FILE).unlink(missing_ok=True)
 
     # -- stopping early -----------------------------------------------------------------------
     def request_stop(self, reason: str) -> None:

@@ -17,7 +17,8 @@ Outputs in ``out``:
   temporary name and renamed, so a crash never leaves a half-written checkpoint.
 
 A file ``STOP`` in ``out`` ends the trial before its next step (an HPO study stopping it early); the
-trial answers with ``STOPPED``. :mod:`isosweep.trial.files` owns the layout of ``out``.
+trial answers with ``STOPPED``. A file ``PAUSE`` naming a number of rollouts ends it at its first evaluation
+at or past them (an adaptive sweep's rung), checkpointed there, to be started again or not. :mod:`isosweep.trial.files` owns the layout of ``out``.
 
 Departures from the textbook loop: one optimizer step per batch, so the PPO ratio is 1 at the
 step and the clip only matters when a correction reweights tokens; the entropy is measured every
@@ -530,6 +531,11 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
             window = []
         if step == total_steps:
             return records
+        if step in evals and _broadcast(_pause_due(trial, step * per_step) if rank == 0 else None, world):
+            if rank == 0:
+                log(f"[trial] paused at step {step}/{total_steps} ({step * per_step:,} rollouts, rung "
+                    f"{trial.pause_at():,}): the adaptive sweep decides whether it goes on")
+            return records
         if _broadcast(trial.stop_requested() if rank == 0 else None, world):
             if rank == 0:
                 log(f"[trial] stopped at step {step}/{total_steps}: {trial.stop_reason()}")
@@ -552,6 +558,12 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
         if every and step % every == 0 and step not in evals:  # bounds what a crash loses between far-apart evals
             at = {"step": step, "tokens": tokens, "system/wall_s": time.perf_counter() - started}
             save_checkpoint(trial, learner, tokenizer, records[-1] if records else None, False, rank, world, at)
+
+
+def _pause_due(trial: TrialDir, rollouts: int) -> bool:
+    """Whether the trial, just evaluated at ``rollouts``, is at or past the rung its ``PAUSE`` file names."""
+    pause = trial.pause_at()
+    return pause is not None and rollouts >= pause
 
 
 def _average(window: list[dict[str, float]], step: int) -> dict[str, float | None]:
