@@ -550,8 +550,8 @@ def train_loop(cfg: TrialConfig, out: str | Path, log: Callable[[str], None] = p
         tokens += int(round(stats["rollout/tokens"] * world))
         window.append(stats)
         if rank == 0 and "check/zero_signal_expected" in stats:
-            log(f"[trial] step 0: {stats['check/zero_signal_observed']:.3f} of groups without signal; the probe "
-                f"predicts {stats['check/zero_signal_expected']:.3f} +- {stats['check/zero_signal_sd']:.3f}")
+            log(f"[trial] zero-signal check: {stats['check/zero_signal_observed']:.3f} of step 0's groups without "
+                f"signal; the probe predicts {stats['check/zero_signal_expected']:.3f} +- {stats['check/zero_signal_sd']:.3f}")
         if rank == 0:
             trial.append_step({"step": step, "rollouts": step * per_step, **stats})
         every = cfg.eval.checkpoint_every
