@@ -68,7 +68,7 @@ CASES = [
     Case("wrong type", f"{TRIAL} Bp=sixteen", ("easy.yaml (with --set Bp=sixteen): key 'Bp'", "valid integer")),
     Case("value out of range", f"{TRIAL} rollout.temperature=-1", ("key 'rollout.temperature': must be greater than 0",)),
     Case("unknown rollout precision", f"{TRIAL} rollout.precision=int5",
-         ("key 'rollout.precision': must be 'bf16', 'fp8', 'int8', 'int6', 'int4', 'int3' or 'int2'",)),
+         ("key 'rollout.precision': must be 'fp32', 'bf16', 'fp8', 'int8', 'int6', 'int4', 'int3' or 'int2'",)),
     Case("integer rollout precision with NCCL weight sync", f"{TRIAL} profile=h200-multinode --set rollout.precision=int4",
          ("rollout.precision 'int4' is emulated", "profile 'h200-multinode' syncs weights over NCCL",
           "allowed with it: bf16 or fp8")),
