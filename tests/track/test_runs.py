@@ -450,3 +450,25 @@ def test_a_child_run_left_without_its_params_gets_them_when_the_trial_resumes(ml
     params = client.get_run(bare.info.run_id).data.params
     assert params["Bp"] == str(point.cfg.Bp) and params["derived.M"] == "62" and len(params) > 40
     assert runs.open_child(client, parent, sweep.sweep_id, point.key, point.cfg, point.config_key) == bare.info.run_id
+
+
+def test_a_finished_trial_whose_run_lost_its_params_is_settled_with_them(mlflow_server, tmp_path):
+    """MLflow failed after creating a trial's run and before its params (the trial then trained on its files
+    alone), and the run was caught up and marked FINISHED without them: settling the finished trial gives the run
+    its params, so the frontier can read it (it failed with KeyError 'n' before)."""
+    uri, _ = mlflow_server
+    sweep = own_smoke(tmp_path)
+    client = runs.client(uri)
+    parent = runs.open_parent(client, sweep, tmp_path)
+    point = sweep.trials[0]
+    bare = client.create_run(runs.experiment_id(client), run_name=point.key, tags={
+        "mlflow.parentRunId": parent, runs.SWEEP_TAG: sweep.sweep_id, runs.TRIAL_TAG: point.key,
+        "isosweep.kind": "trial", "isosweep.config": point.config_key})
+    client.set_terminated(bare.info.run_id, status="FINISHED")
+    write_trial(tmp_path / "trial", [record(0, 0.50), record(4, 0.55)], steps_upto(4))
+    trial = TrialDir(tmp_path / "trial")
+    runs.settle_finished(client, uri, parent, sweep.sweep_id, point.key, point.cfg, point.config_key, trial,
+                         log=lambda line: None)
+    run = client.get_run(bare.info.run_id)
+    assert run.info.status == "FINISHED" and set(runs.trial_params(point.cfg)) <= set(run.data.params)
+    assert run.data.params["n"] == str(point.cfg.n)

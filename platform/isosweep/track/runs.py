@@ -232,11 +232,16 @@ def _log_params(mlflow_client, run_id: str, params: dict) -> None:
         mlflow_client.log_batch(run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
 
 
+def trial_params(cfg) -> dict:
+    """A trial run's params: the full trial config, flattened, and what follows from it (``derived.*``)."""
+    return {**flatten(cfg.model_dump(mode="json")), "derived.M": steps(cfg), "derived.lr": learning_rate(cfg),
+            "derived.kl_coef": kl_coef(cfg), "derived.entropy_coef": entropy_coef(cfg)}
+
+
 def open_child(mlflow_client, parent_id: str, sweep_id: str, key: str, cfg, config_key: str) -> str:
     """Find or create a trial's child run (params = the full trial config); returns its run id. A run found
     without all its params (a crash between creating it and logging them) gets the missing ones."""
-    params = {**flatten(cfg.model_dump(mode="json")), "derived.M": steps(cfg), "derived.lr": learning_rate(cfg),
-              "derived.kl_coef": kl_coef(cfg), "derived.entropy_coef": entropy_coef(cfg)}
+    params = trial_params(cfg)
     found = find_child(mlflow_client, sweep_id, key)
     if found is not None:
         mlflow_client.update_run(found.info.run_id, status="RUNNING")
@@ -460,12 +465,12 @@ def log_record_model(mlflow_client, run_id: str, files: list[Path], record: dict
 def settle_finished(mlflow_client, uri: str, parent_id: str, sweep_id: str, key: str, cfg, config_key: str, trial,
                     log=print) -> None:
     """A trial finished on disk: its child run caught up to its files and marked FINISHED, if it is not already,
-    and created first if it has none (MLflow was down when the trial started)."""
+    created first if it has none (MLflow was down when the trial started), and given the params it lacks (MLflow
+    failed between creating the run and logging them, and the trial trained without it)."""
     found = find_child(mlflow_client, sweep_id, key)
-    if found is not None and found.info.status == "FINISHED":
+    if found is not None and found.info.status == "FINISHED" and set(trial_params(cfg)) <= set(found.data.params):
         return
-    run_id = found.info.run_id if found is not None else open_child(mlflow_client, parent_id, sweep_id, key, cfg,
-                                                                     config_key)
+    run_id = open_child(mlflow_client, parent_id, sweep_id, key, cfg, config_key)
     logger = TrialLogger(uri, run_id, trial, cfg.eval.k, warn=log)
     if logger.catch_up() >= 0:
         logger.finish("FINISHED")
