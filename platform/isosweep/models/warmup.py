@@ -160,19 +160,24 @@ def ensure_base_model(size: str, task: str, seed: int = 0, log: Callable[[str], 
     if size not in SIZES:
         raise ValueError(f"unknown tiny size {size!r}; allowed: {', '.join(SIZES)}")
     recipe_for(size, task)  # a task without a recipe for this size says so before any lock is taken
-    target = base_model_dir(size, task, seed)
+    return build_once(base_model_dir(size, task, seed), lambda tmp: build_pinned(size, task, seed, tmp, log))
+
+
+def build_once(target: Path, build: Callable[[Path], object]) -> Path:
+    """``target``, built by ``build(tmp)`` into a temporary folder renamed to it, unless it holds a
+    ``base_report.json`` already. One builder per model on this machine: a second process asking for it (a packed
+    trial, a test worker) waits for the first instead of building it again; the kernel drops the lock if its holder
+    dies, and a failed build leaves nothing behind."""
     if (target / REPORT_FILE).exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    # One builder per model on this machine: a second process asking for it (a packed trial, a test worker)
-    # waits for the first instead of building it again; the kernel drops the lock if its holder dies.
     with open(target.parent / f".{target.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (target / REPORT_FILE).exists():
             return target
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".build-"))
         try:
-            build_pinned(size, task, seed, tmp, log)
+            build(tmp)
             os.rename(tmp, target)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -342,40 +347,30 @@ def ensure_tabular_model(task_name: str, root: Path) -> Path:
     if not isinstance(task, CodesTask):
         raise ValueError(f"model.name {TABULAR!r} is the codes tasks' planted control; task {task_name!r} is not one "
                          "(allowed: codes, codes-nodrift, codes-transfer)")
-    target = tabular_model_dir(task_name, root)
-    if (target / REPORT_FILE).exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{target.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (target / REPORT_FILE).exists():
-            return target
-        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".build-"))
-        try:
-            tokenizer = char_tokenizer()
-            config = TabularConfig(families=len(task.families), vocab_size=len(tokenizer),
-                                   digit_ids=tokenizer.convert_tokens_to_ids(list("0123456789")),
-                                   marker_id=tokenizer.convert_tokens_to_ids(">"),
-                                   eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-            model = TabularPolicy(config)
-            codes = [f.code for f in task.families]
-            model.plant(codes, [f.epsilon for f in task.families])
-            recipe = RECIPES[task_name]
-            engine = HFEngine(model, tokenizer, recipe.max_new_tokens, temperature=1.0)
-            probe = probe_pass_rates(engine, task, recipe.probe_levels, recipe.probe_pool, recipe.probe_samples, 0)
-            model.save_pretrained(tmp, safe_serialization=True)
-            tokenizer.save_pretrained(tmp)
-            (tmp / PROBE_FILE).write_text(json.dumps(probe))
-            report = {"model": TABULAR, "task": task_name, "tabular_version": TABULAR_VERSION,
-                      "parameters": sum(p.numel() for p in model.parameters()),
-                      "planted_pass_rates": [round(r, 6) for r in model.pass_rates(codes).tolist()],
-                      "eval_pass@1": level_pass_rates(probe, "eval")}
-            (tmp / REPORT_FILE).write_text(json.dumps(report, indent=2))
-            os.rename(tmp, target)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-    return target
+    return build_once(tabular_model_dir(task_name, root), lambda tmp: _build_tabular(task, tmp))
+
+
+def _build_tabular(task: CodesTask, out: Path) -> None:
+    """Plant, probe and save the tabular base model of ``task`` into ``out``."""
+    tokenizer = char_tokenizer()
+    config = TabularConfig(families=len(task.families), vocab_size=len(tokenizer),
+                           digit_ids=tokenizer.convert_tokens_to_ids(list("0123456789")),
+                           marker_id=tokenizer.convert_tokens_to_ids(">"),
+                           eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    model = TabularPolicy(config)
+    codes = [f.code for f in task.families]
+    model.plant(codes, [f.epsilon for f in task.families])
+    recipe = RECIPES[task.name]
+    engine = HFEngine(model, tokenizer, recipe.max_new_tokens, temperature=1.0)
+    probe = probe_pass_rates(engine, task, recipe.probe_levels, recipe.probe_pool, recipe.probe_samples, 0)
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    (out / PROBE_FILE).write_text(json.dumps(probe))
+    report = {"model": TABULAR, "task": task.name, "tabular_version": TABULAR_VERSION,
+              "parameters": sum(p.numel() for p in model.parameters()),
+              "planted_pass_rates": [round(r, 6) for r in model.pass_rates(codes).tolist()],
+              "eval_pass@1": level_pass_rates(probe, "eval")}
+    (out / REPORT_FILE).write_text(json.dumps(report, indent=2))
 
 
 def resolve_model(name: str, task: str, seed: int = 0) -> str:
