@@ -30,11 +30,11 @@ from pathlib import Path
 
 import numpy as np
 
-from isosweep.models.problemsets import select
-from isosweep.models.warmup import PROBE_FILE, resolve_model
-from isosweep.spec.trial import TrialConfig, difficulty_band, load_trial, task_of
+from isosweep.models.warmup import resolve_model
+from isosweep.spec.trial import TrialConfig, load_trial, task_of
 from isosweep.trial.files import TrialDir
 from isosweep.trial.job import run_trial
+from isosweep.trial.loop import problem_sets
 
 LEARNED = 0.5
 """The hard set's mean@k at which the needles count as learned."""
@@ -113,11 +113,10 @@ def discovery_run(task: str, out: Path, budget: int, log: Callable[[str], None])
 
 
 def train_families(cfg: TrialConfig) -> set[int]:
-    """The families of ``cfg``'s train problems (its base model's probe, in its difficulty's band)."""
+    """The families of ``cfg``'s train problems (the trial's own problem sets, from its base model's probe)."""
     task = task_of(cfg.task)
-    probe = json.loads((Path(resolve_model(cfg.model.name, cfg.task.name, cfg.model.warmup_seed)) / PROBE_FILE).read_text())
-    chosen = select(probe, cfg.task.name, "train", cfg.task.levels, difficulty_band(task, cfg.task.difficulty))
-    return {task.family_of(p).id for p in chosen}
+    sets = problem_sets(cfg, resolve_model(cfg.model.name, cfg.task.name, cfg.model.warmup_seed), engine=None)
+    return {task.family_of(p).id for p in sets.train}
 
 
 def run_pilot(out: str | Path, budget: int, log: Callable[[str], None] = print) -> dict:

@@ -16,20 +16,18 @@ the simulation's; where it does not, the simulation's n* must lie in the report'
 from __future__ import annotations
 
 import json
-import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from isosweep.experiments import tabular_truth as truth
-from isosweep.models.problemsets import rated, select
-from isosweep.models.warmup import PROBE_FILE, resolve_model
+from isosweep.models.warmup import resolve_model
 from isosweep.report.schema import read_analysis
 from isosweep.spec.grid import load_sweep
-from isosweep.spec.trial import TrialConfig, difficulty_band, task_of
+from isosweep.spec.trial import TrialConfig, task_of
 from isosweep.tasks.codes import CodesTask
-from isosweep.trial.loop import EVAL_ORDER_SEED
+from isosweep.trial.loop import problem_sets
 
 DECIDED = 3.0
 """Margin (standard errors of the paired per-seed difference, over the simulation's seeds) that decides n*."""
@@ -43,13 +41,11 @@ def control_setup(cfg: TrialConfig) -> truth.TabularSetup:
     if cfg.model.name != "tabular" or not isinstance(task, CodesTask):
         raise ValueError(f"the known answer is the tabular control's: model.name 'tabular' on a codes task, "
                          f"got model.name {cfg.model.name!r} and task.name {cfg.task.name!r}")
-    probe = json.loads((Path(resolve_model(cfg.model.name, cfg.task.name)) / PROBE_FILE).read_text())
-    band = difficulty_band(task, cfg.task.difficulty)
-    train = [task.family_of(p).id for p, _ in rated(probe, cfg.task.name, "train", cfg.task.levels, band)]
-    held_out = select(probe, cfg.task.name, "eval", cfg.task.levels, band)
-    random.Random(EVAL_ORDER_SEED).shuffle(held_out)  # the eval subset the trial scores, as problem_sets picks it
+    # the trial's own problem sets: the base model carries its probe, so no engine is needed
+    sets = problem_sets(cfg, resolve_model(cfg.model.name, cfg.task.name), engine=None)
+    train = [task.family_of(p).id for p in sets.train]
     weights = np.zeros(len(task.families))
-    for problem in held_out[:cfg.task.eval_problems]:
+    for problem in sets.eval:
         weights[task.family_of(problem).id] += 1
     return truth.TabularSetup(codes=[[int(d) for d in f.code] for f in task.families],
                               eps=[f.epsilon for f in task.families], train=train, eval_weights=weights,

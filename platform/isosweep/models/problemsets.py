@@ -48,13 +48,17 @@ def select(probe: Probe, task: str, split: str, levels: Iterable[int], band: Ban
     return [problem for problem, _ in rated(probe, task, split, levels, band)]
 
 
-def rated(probe: Probe, task: str, split: str, levels: Iterable[int], band: Band) -> list[tuple[Problem, float]]:
-    """`select`'s problems, each with its probed pass rate."""
+def rated(probe: Probe, task: str, split: str, levels: Iterable[int], band: Band,
+          samples: int | None = None) -> list[tuple[Problem, tuple[int, int]]]:
+    """`select`'s problems, each with its probe as ``(successes, samples)``: the row's ``samples``, else
+    ``samples`` (what the probe took, for a probe written before rows recorded it; None: 0 where unknown)."""
     chosen = []
     for level in levels:
         for row in probe[split].get(str(level), []):
             if band.contains(row["rate"]):
-                chosen.append((Problem(row["prompt"], row["answer"], task, level, tuple(row["numbers"])), row["rate"]))
+                taken = row.get("samples", samples or 0)
+                chosen.append((Problem(row["prompt"], row["answer"], task, level, tuple(row["numbers"])),
+                               (round(row["rate"] * taken), taken)))
     return chosen
 
 

@@ -143,10 +143,12 @@ def _seed_mean_best(curves: list[Curve], metric: str, key: str, C: float) -> flo
 
 
 def halving_stops(curves: list[Curve], metric: str, running: list[str], C: float, eta: float,
-                  why: str = "asha") -> list[Stop]:
+                  why: str = "asha", seen: float | None = None) -> list[Stop]:
     """Successive halving at rung ``C``: the best ``ceil(k / eta)`` of the ``k`` running configurations by their
-    seed-mean running best at compute <= C go on, the others stop."""
-    ranked = sorted(running, key=lambda k: -_seed_mean_best(curves, metric, k, C))
+    seed-mean running best at compute <= ``seen`` (default ``C``; a live sweep passes ``inf``, as for
+    :func:`frontier_stops`) go on, the others stop."""
+    horizon = C if seen is None else seen
+    ranked = sorted(running, key=lambda k: -_seed_mean_best(curves, metric, k, horizon))
     keep = max(1, math.ceil(len(ranked) / eta))
     return [Stop(key, C, f"{why}: ranked {i + 1} of {len(ranked)} at C = {C:,.0f} (keeps {keep})")
             for i, key in enumerate(ranked) if i >= keep]

@@ -94,8 +94,7 @@ def decide(sweep: Sweep, sweep_out: Path, rung: float, running: list[str], spec:
     metric = sweep.metric.removeprefix("eval/")
     rule = rule_of(spec)
     if spec.method == "asha":
-        return [Stop(s.config, rung, s.reason.replace("C = inf", f"C = {rung:,.0f}"))
-                for s in halving_stops(curves, metric, running, math.inf, rule.eta)]
+        return halving_stops(curves, metric, running, rung, rule.eta, seen=math.inf)
     return frontier_stops(curves, metric, running, rung, sweep.budget, rule, seen=math.inf)
 
 

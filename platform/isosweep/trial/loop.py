@@ -51,7 +51,6 @@ from isosweep.algo.grpo import group_advantages
 from isosweep.models.problemsets import probe_pass_rates, rate_prior, rated, select, zero_signal
 from isosweep.models.tokenizer import chat_prompt
 from isosweep.models.sizes import SIZES
-import isosweep.models.tabular  # noqa: F401 -- registers the tabular control with transformers
 from isosweep.models.warmup import PROBE_FILE, recipe_for, resolve_model
 from isosweep.rollout.base import RolloutEngine, Rollouts, TemplatedEngine
 from isosweep.rollout.fp8 import INT_BITS
@@ -123,16 +122,20 @@ def probe_samples(cfg: TrialConfig) -> int:
     return PROBE_SAMPLES
 
 
-def problem_sets(cfg: TrialConfig, model_path: str, engine: RolloutEngine) -> ProblemSets:
-    """The easy or hard set of ``cfg.task`` for this base model, from its probe (measured now if absent)."""
+def problem_sets(cfg: TrialConfig, model_path: str, engine: RolloutEngine | None) -> ProblemSets:
+    """The easy or hard set of ``cfg.task`` for this base model, from its probe (measured now with ``engine`` if
+    absent; ``engine`` None: the model must carry its probe, as the tiny and tabular base models do)."""
     probe_file = Path(model_path) / PROBE_FILE
     if probe_file.exists():
         probe = json.loads(probe_file.read_text())
+    elif engine is None:
+        raise ValueError(f"{model_path} has no {PROBE_FILE}, and no engine was given to measure one")
     else:
         probe = probe_pass_rates(engine, task_of(cfg.task), cfg.task.levels, PROBE_POOL, PROBE_SAMPLES, cfg.seed)
     task = task_of(cfg.task)
     band = difficulty_band(task, cfg.task.difficulty)
-    train = rated(probe, cfg.task.name, "train", cfg.task.levels, band)
+    default = probe_samples(cfg)
+    train = rated(probe, cfg.task.name, "train", cfg.task.levels, band, default)
     held_out = select(probe, cfg.task.name, "eval", cfg.task.levels, band)
     if len(train) < cfg.Bp or not held_out:
         raise ConfigError(
@@ -148,18 +151,9 @@ def problem_sets(cfg: TrialConfig, model_path: str, engine: RolloutEngine) -> Pr
         random.Random(EVAL_ORDER_SEED).shuffle(watched)
         watch[difficulty] = watched[:cfg.task.eval_problems]
     random.Random(EVAL_ORDER_SEED).shuffle(held_out)
-    default = probe_samples(cfg)
     pool = [row for level in cfg.task.levels for row in probe["train"].get(str(level), [])]
-    counts = {p.prompt: (round(rate * row_samples), row_samples)
-              for (p, rate), row_samples in zip(train, _samples_of(probe, train, default))}
-    return ProblemSets([p for p, _ in train], held_out[:cfg.task.eval_problems], counts,
+    return ProblemSets([p for p, _ in train], held_out[:cfg.task.eval_problems], dict((p.prompt, c) for p, c in train),
                        rate_prior([row["rate"] for row in pool], pool[0].get("samples", default)), watch)
-
-
-def _samples_of(probe: dict, chosen: list[tuple[Problem, float]], default: int) -> list[int]:
-    """The probe samples behind each chosen train problem (its row's ``samples``, else ``default``)."""
-    rows = {row["prompt"]: row for level in probe["train"].values() for row in level}
-    return [rows[p.prompt].get("samples", default) for p, _ in chosen]
 
 
 def batch_problems(train: list[Problem], Bp: int, step: int, seed: int) -> list[Problem]:
@@ -234,11 +228,9 @@ def watched(engine: RolloutEngine, problems: list[Problem], difficulty: str, cfg
     difficulty than the trial trains on (``eval.watch``), sampled as the eval set is; no counts are kept."""
     if not problems:
         return {}
-    correct = eval_correct(engine, problems, task_of(cfg.task), cfg.eval.samples, seed=cfg.seed + 7_919,
-                           temperature=cfg.eval.temperature)
-    summary = summarize(correct, cfg.eval.k)
+    scores = evaluate(engine, problems, cfg)
     keys = [f"{name}@{cfg.eval.k}" for name in ("mean", "best", "worst", "stderr_mean")]
-    return {f"watch/{difficulty}/{key}": summary[key] for key in keys}
+    return {f"watch/{difficulty}/{key}": scores[f"eval/{key}"] for key in keys}
 
 
 def load_policy(model_path: str | Path) -> torch.nn.Module:
