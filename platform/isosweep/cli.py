@@ -129,8 +129,12 @@ def _adaptive_replay(args: argparse.Namespace) -> None:
     bad = [f for f in folders if not (root / f / "fits.json").exists()]
     if bad:
         raise ConfigError(f"no study folder {bad} under {root} (a folder with fits.json and curves.json)")
-    table = replay_studies(root, folders, tuple(args.confidence), tuple(args.methods or METHODS),
-                           Rule(bootstrap=args.bootstrap), unguarded=args.unguarded)
+    try:
+        rule = Rule(bootstrap=args.bootstrap, **({"rungs": tuple(args.rungs)} if args.rungs else {}))
+    except ValueError as e:
+        raise ConfigError(f"--rungs: {e}") from None
+    table = replay_studies(root, folders, tuple(args.confidence), tuple(args.methods or METHODS), rule,
+                           unguarded=args.unguarded)
     path = table.write(args.out)
     print(path.read_text())
     print(f"[adaptive-replay] {path}")
@@ -573,13 +577,17 @@ def build_parser() -> argparse.ArgumentParser:
     adaptive.add_argument("--dashboards", default="dashboards", help="where the studies' curves.json are (default: "
                                                                      "dashboards)")
     adaptive.add_argument("--methods", nargs="+", default=None,
-                          help="the rules to replay: frontier, asha, hyperband, p-best, full (default: all)")
+                          help="the rules to replay: frontier, asha, hyperband, p-best, full, and hindsight (the "
+                               "bound: each configuration stopped right after the last budget at which the full grid "
+                               "names it the winner) (default: all)")
     adaptive.add_argument("--confidence", type=float, nargs="+", default=[0.9],
                           help="the frontier rule's confidence(s), each replayed (default: 0.9)")
     adaptive.add_argument("--unguarded", action="store_true",
                           help="also replay the frontier rule without its guard (stopping fits not identified or not "
                                "yet risen), to show what the guard costs")
     adaptive.add_argument("--bootstrap", type=int, default=100, help="replicates per decision (default: 100)")
+    adaptive.add_argument("--rungs", type=float, nargs="+", default=None,
+                          help="the budget rungs, increasing fractions of C_max in (0, 1) (default: 1/64 1/16 1/4)")
     adaptive.add_argument("--out", default="dashboards/adaptive", help="output directory (default: dashboards/adaptive)")
     adaptive.set_defaults(run=_adaptive_replay)
 

@@ -79,6 +79,27 @@ def test_the_replay_counts_each_trials_compute_to_its_stop_and_scores_the_fronti
     assert asha.se == pytest.approx(saved.eval.se_median)
 
 
+@pytest.mark.parametrize("seed", range(2))
+def test_hindsight_stops_each_config_at_the_rung_after_its_last_win_and_never_a_winner_early(seed):
+    curves, _ = synthetic_sweep(CROSSING, np.random.default_rng(seed))
+    saved = saved_of(curves)
+    full = AD.replay(saved, curves, "full")
+    rule = AD.Rule(bootstrap=20)
+    bound = AD.replay(saved, curves, "hindsight", rule)
+    rows = AD._analyse(saved, curves).metrics["mean@4"].rows
+    last = {}
+    for r in rows:
+        last[r.config] = max(last.get(r.config, 0.0), r.C)
+    at = {s.config: s.C for s in bound.stops}
+    for key in CROSSING:  # a slow loop over the rungs, against the bound's own
+        expected = next((f * BUDGET for f in rule.rungs if f * BUDGET >= last.get(key, 0.0)), None)
+        assert at.get(key) == (pytest.approx(expected) if expected else None), (key, last)
+    assert not bound.winners_stopped and bound.share < full.share == 1.0
+    assert "n16-Bp16" not in at  # the late winner runs to C_max
+    assert bound.compute <= min(r.compute for r in (full, AD.replay(saved, curves, "frontier", rule))
+                                if not r.winners_stopped)
+
+
 def test_hyperband_and_successive_halving_keep_the_top_share_of_each_rung():
     curves, _ = synthetic_sweep({f"n{n}-Bp16": dict(R0=0.45, A=0.5 + 0.02 * i, C_mid=5_000.0, B=2.0)
                                  for i, n in enumerate((2, 4, 8, 16, 32, 64, 128, 256))}, np.random.default_rng(0))
@@ -99,11 +120,14 @@ def test_bad_rules_and_methods_are_refused():
     curves, _ = synthetic_sweep(CROSSING, np.random.default_rng(0), seeds=1)
     with pytest.raises(ValueError, match="method 'median'"):
         AD.decide(curves, "mean@4", BUDGET, "median")
+    with pytest.raises(ValueError, match="the replay only"):
+        AD.decide(curves, "mean@4", BUDGET, "hindsight")
 
 
 def test_the_command_refuses_a_folder_that_is_not_a_study(tmp_path, capsys):
     from isosweep.cli import main
 
-    for argv, words in ((["nope"], "no study folder ['nope']"), (["--methods", "bogus"], "--methods ['bogus']")):
+    for argv, words in ((["nope"], "no study folder ['nope']"), (["--methods", "bogus"], "--methods ['bogus']"),
+                        (["--rungs", "0.25", "0.0625"], "--rungs: rungs (0.25, 0.0625)")):
         assert main(["adaptive-replay", *argv, "--dashboards", str(tmp_path)]) == 2
         assert words in capsys.readouterr().err

@@ -16,6 +16,10 @@ Baselines on the same rungs (:data:`METHODS`): ``asha`` (successive halving: at 
 ``hyperband`` (the configurations dealt round-robin into one bracket per rung, bracket ``b`` halving from rung
 ``b`` on), ``p-best`` (stop a configuration whose predicted P(best) at C_max is below
 :data:`~isosweep.report.analysis.P_BEST_FLOOR`: the ranking at the last budget only), and ``full`` (no stop).
+``hindsight`` is no rule but a bound, for the replay only: each configuration stops at the first rung at or past
+the largest budget at which the *full* grid's frontier names it the winner (a configuration that never wins, at
+the first rung), so it needs the finished study. It is the least compute any stopping rule on these rungs can
+spend without stopping a winner before its budget: what a rule could save at best on that study.
 
 :func:`replay` runs a method on a study's recorded curves, each decision seeing only the data up to its rung,
 and scores it (:class:`Replay`): the compute its trials would have spent against the full grid's, and the
@@ -44,7 +48,7 @@ RUNGS = (1 / 64, 1 / 16, 1 / 4)
 """The budget rungs, as fractions of C_max, at which a running configuration may be stopped (the last rung is
 C_max itself, where every trial ends)."""
 
-METHODS = ("frontier", "asha", "hyperband", "p-best", "full")
+METHODS = ("frontier", "asha", "hyperband", "p-best", "full", "hindsight")
 
 SCAN = 16
 """Compute points (log-spaced from the rung to C_max) on which the frontier rule compares the bands."""
@@ -169,11 +173,30 @@ def p_best_stops(curves: list[Curve], metric: str, running: list[str], C: float,
             for k, p in zip(keys, p_best) if p < P_BEST_FLOOR]
 
 
+def hindsight_stops(full: Analysis, metric: str, keys: list[str], budget: float, rule: Rule) -> list[Stop]:
+    """The ``hindsight`` bound's stops (module docstring): every configuration in ``keys`` at the first rung at or
+    past the largest C at which ``full`` (the finished study's analysis) names it the winner; one that wins at a C
+    past the last rung is not stopped."""
+    last: dict[str, float] = {}
+    for row in full.metrics[metric].rows:
+        if row.config:
+            last[row.config] = max(last.get(row.config, 0.0), row.C)
+    stops = []
+    for key in keys:
+        rung = next((f * budget for f in rule.rungs if f * budget >= last.get(key, 0.0)), None)
+        if rung is not None:
+            won = (f"the full frontier's winner up to C = {last[key]:,.0f}" if key in last
+                   else "never the full frontier's winner")
+            stops.append(Stop(key, rung, f"hindsight: {won}"))
+    return stops
+
+
 def decide(curves: list[Curve], metric: str, budget: float, method: str, rule: Rule = Rule()) -> list[Stop]:
     """Every stop ``method`` makes on ``curves`` (a finished study's), rung by rung, each decision seeing only the
-    data up to its rung."""
-    if method not in METHODS:
-        raise ValueError(f"method {method!r}: allowed {list(METHODS)}")
+    data up to its rung (not ``hindsight``, which needs the study's full analysis: :func:`replay` makes it)."""
+    if method not in METHODS or method == "hindsight":
+        raise ValueError(f"method {method!r}: allowed {[m for m in METHODS if m != 'hindsight']}"
+                         + (" (hindsight: the replay only)" if method == "hindsight" else ""))
     keys = list(dict.fromkeys(c.config for c in curves))
     running, stops = list(keys), []
     brackets = {key: i % (len(rule.rungs) + 1) for i, key in enumerate(sorted(keys))}
@@ -267,10 +290,11 @@ def replay(saved: SavedAnalysis, curves: list[Curve], method: str, rule: Rule = 
     """``method`` replayed on a finished study (module docstring); ``full``: its analysis from the same curves
     (made here when not given)."""
     metric, budget = saved.primary, float(saved.budget)
-    stops = decide(curves, metric, budget, method, rule)
+    full = full or _analyse(saved, curves)
+    stops = (hindsight_stops(full, metric, list(dict.fromkeys(c.config for c in curves)), budget, rule)
+             if method == "hindsight" else decide(curves, metric, budget, method, rule))
     at = {s.config: s.C for s in stops}
     kept = [P.cut(c, at[c.config]) if c.config in at else c for c in curves]
-    full = full or _analyse(saved, curves)
     mine = _analyse(saved, kept)
     se = saved.eval.se_median if saved.eval else math.nan
     rows = []
@@ -323,7 +347,9 @@ class ReplayTable:
     def text(self) -> str:
         """The table as Markdown: per study and method, the compute share, whether the frontier held, the largest
         value shift and any full-frontier winner stopped early; then each method's median share."""
-        lines = ["| study | method | compute | n* set holds the full n* | largest value shift (se) | winners stopped |",
+        rungs = ", ".join(f"C_max/{1 / r:g}" for r in self.rule.rungs)
+        lines = [f"Rungs: {rungs}, then C_max.", "",
+                 "| study | method | compute | n* set holds the full n* | largest value shift (se) | winners stopped |",
                  "| --- | --- | --- | --- | --- | --- |"]
         for r in self.replays:
             shifts = [x.value_shift_se for x in r.rows if not math.isnan(x.value_shift_se)]
