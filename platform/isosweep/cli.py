@@ -577,9 +577,10 @@ def build_parser() -> argparse.ArgumentParser:
     adaptive.add_argument("--dashboards", default="dashboards", help="where the studies' curves.json are (default: "
                                                                      "dashboards)")
     adaptive.add_argument("--methods", nargs="+", default=None,
-                          help="the rules to replay: frontier, asha, hyperband, p-best, full, and hindsight (the "
-                               "bound: each configuration stopped right after the last budget at which the full grid "
-                               "names it the winner) (default: all)")
+                          help="the rules to replay: frontier, asha, hyperband, p-best, full, and two bounds that "
+                               "read the finished study: hindsight (each configuration stopped at the rung after the "
+                               "last budget at which the full grid names it the winner) and hindsight-keep (the "
+                               "winners run whole, the others stop at the first rung) (default: all)")
     adaptive.add_argument("--confidence", type=float, nargs="+", default=[0.9],
                           help="the frontier rule's confidence(s), each replayed (default: 0.9)")
     adaptive.add_argument("--unguarded", action="store_true",

@@ -98,6 +98,10 @@ def test_hindsight_stops_each_config_at_the_rung_after_its_last_win_and_never_a_
     assert "n16-Bp16" not in at  # the late winner runs to C_max
     assert bound.compute <= min(r.compute for r in (full, AD.replay(saved, curves, "frontier", rule))
                                 if not r.winners_stopped)
+    keep = AD.replay(saved, curves, "hindsight-keep", rule)  # winners run whole, the others stop at the first rung
+    assert {s.config: s.C for s in keep.stops} == {k: pytest.approx(rule.rungs[0] * BUDGET) for k in CROSSING
+                                                  if k not in last}
+    assert bound.compute <= keep.compute < full.compute and not keep.winners_stopped
 
 
 def test_hyperband_and_successive_halving_keep_the_top_share_of_each_rung():
@@ -120,8 +124,9 @@ def test_bad_rules_and_methods_are_refused():
     curves, _ = synthetic_sweep(CROSSING, np.random.default_rng(0), seeds=1)
     with pytest.raises(ValueError, match="method 'median'"):
         AD.decide(curves, "mean@4", BUDGET, "median")
-    with pytest.raises(ValueError, match="the replay only"):
-        AD.decide(curves, "mean@4", BUDGET, "hindsight")
+    for bound in AD.BOUNDS:
+        with pytest.raises(ValueError, match="the replay only"):
+            AD.decide(curves, "mean@4", BUDGET, bound)
 
 
 def test_the_command_refuses_a_folder_that_is_not_a_study(tmp_path, capsys):

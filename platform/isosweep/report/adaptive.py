@@ -19,7 +19,9 @@ Baselines on the same rungs (:data:`METHODS`): ``asha`` (successive halving: at 
 ``hindsight`` is no rule but a bound, for the replay only: each configuration stops at the first rung at or past
 the largest budget at which the *full* grid's frontier names it the winner (a configuration that never wins, at
 the first rung), so it needs the finished study. It is the least compute any stopping rule on these rungs can
-spend without stopping a winner before its budget: what a rule could save at best on that study.
+spend without stopping a winner before its budget: what a rule could save at best on that study. ``hindsight-keep``,
+the other bound: every configuration the full grid ever names the winner runs to C_max and every other one stops
+at the first rung (it keeps the winners' curves whole, so their refits do not move).
 
 :func:`replay` runs a method on a study's recorded curves, each decision seeing only the data up to its rung,
 and scores it (:class:`Replay`): the compute its trials would have spent against the full grid's, and the
@@ -48,7 +50,9 @@ RUNGS = (1 / 64, 1 / 16, 1 / 4)
 """The budget rungs, as fractions of C_max, at which a running configuration may be stopped (the last rung is
 C_max itself, where every trial ends)."""
 
-METHODS = ("frontier", "asha", "hyperband", "p-best", "full", "hindsight")
+METHODS = ("frontier", "asha", "hyperband", "p-best", "full", "hindsight", "hindsight-keep")
+BOUNDS = ("hindsight", "hindsight-keep")
+"""The methods that read the finished study (bounds for the replay, not rules a sweep can run)."""
 
 SCAN = 16
 """Compute points (log-spaced from the rung to C_max) on which the frontier rule compares the bands."""
@@ -173,14 +177,16 @@ def p_best_stops(curves: list[Curve], metric: str, running: list[str], C: float,
             for k, p in zip(keys, p_best) if p < P_BEST_FLOOR]
 
 
-def hindsight_stops(full: Analysis, metric: str, keys: list[str], budget: float, rule: Rule) -> list[Stop]:
+def hindsight_stops(full: Analysis, metric: str, keys: list[str], budget: float, rule: Rule,
+                    keep: bool = False) -> list[Stop]:
     """The ``hindsight`` bound's stops (module docstring): every configuration in ``keys`` at the first rung at or
     past the largest C at which ``full`` (the finished study's analysis) names it the winner; one that wins at a C
-    past the last rung is not stopped."""
+    past the last rung is not stopped. ``keep`` (``hindsight-keep``): a configuration that wins anywhere is not
+    stopped, every other one stops at the first rung."""
     last: dict[str, float] = {}
     for row in full.metrics[metric].rows:
         if row.config:
-            last[row.config] = max(last.get(row.config, 0.0), row.C)
+            last[row.config] = budget if keep else max(last.get(row.config, 0.0), row.C)
     stops = []
     for key in keys:
         rung = next((f * budget for f in rule.rungs if f * budget >= last.get(key, 0.0)), None)
@@ -194,9 +200,9 @@ def hindsight_stops(full: Analysis, metric: str, keys: list[str], budget: float,
 def decide(curves: list[Curve], metric: str, budget: float, method: str, rule: Rule = Rule()) -> list[Stop]:
     """Every stop ``method`` makes on ``curves`` (a finished study's), rung by rung, each decision seeing only the
     data up to its rung (not ``hindsight``, which needs the study's full analysis: :func:`replay` makes it)."""
-    if method not in METHODS or method == "hindsight":
-        raise ValueError(f"method {method!r}: allowed {[m for m in METHODS if m != 'hindsight']}"
-                         + (" (hindsight: the replay only)" if method == "hindsight" else ""))
+    if method not in METHODS or method in BOUNDS:
+        raise ValueError(f"method {method!r}: allowed {[m for m in METHODS if m not in BOUNDS]}"
+                         + (f" ({method}: a bound, the replay only)" if method in BOUNDS else ""))
     keys = list(dict.fromkeys(c.config for c in curves))
     running, stops = list(keys), []
     brackets = {key: i % (len(rule.rungs) + 1) for i, key in enumerate(sorted(keys))}
@@ -291,8 +297,9 @@ def replay(saved: SavedAnalysis, curves: list[Curve], method: str, rule: Rule = 
     (made here when not given)."""
     metric, budget = saved.primary, float(saved.budget)
     full = full or _analyse(saved, curves)
-    stops = (hindsight_stops(full, metric, list(dict.fromkeys(c.config for c in curves)), budget, rule)
-             if method == "hindsight" else decide(curves, metric, budget, method, rule))
+    stops = (hindsight_stops(full, metric, list(dict.fromkeys(c.config for c in curves)), budget, rule,
+                             keep=method == "hindsight-keep")
+             if method in BOUNDS else decide(curves, metric, budget, method, rule))
     at = {s.config: s.C for s in stops}
     kept = [P.cut(c, at[c.config]) if c.config in at else c for c in curves]
     mine = _analyse(saved, kept)
