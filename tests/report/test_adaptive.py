@@ -42,6 +42,25 @@ def test_the_frontier_rule_keeps_a_config_that_is_last_early_and_first_at_c_max(
     assert "n16-Bp16" in {s.config for s in asha}
 
 
+def test_the_decision_says_which_bands_it_compared_and_why_it_stopped_nothing():
+    curves, _ = synthetic_sweep(CROSSING, np.random.default_rng(0))
+    keys = list(CROSSING)
+    for C in (BUDGET / 64, BUDGET / 4):
+        d = AD.frontier_decision(curves, "mean@4", keys, C, BUDGET, AD.Rule(bootstrap=40))
+        assert {s.config for s in d.stops} <= set(d.compared) <= set(keys) and d.running == tuple(keys)
+        assert d.stops == tuple(AD.frontier_stops(curves, "mean@4", keys, C, BUDGET, AD.Rule(bootstrap=40)))
+        assert bool(d.why_none()) == (not d.stops)
+    # the late configuration is flat at C_max/64: no band of it to compare
+    assert "n16-Bp16" not in AD.frontier_decision(curves, "mean@4", keys, BUDGET / 64, BUDGET,
+                                                  AD.Rule(bootstrap=40)).compared
+    few = AD.FrontierDecision(1562.5, (), ("n4-Bp16",), tuple(keys)).why_none()
+    assert "1 of 3 configurations have a fit that is identified" in few and "C = 1,562" in few
+    overlap = AD.FrontierDecision(6250.0, (), ("n4-Bp16", "n8-Bp16"), tuple(keys)).why_none()
+    assert "bands of the 2 of 3 configurations it could compare overlap" in overlap
+    assert AD.FrontierDecision(6250.0, (AD.Stop("n8-Bp16", 6250.0, "x"),), ("n4-Bp16", "n8-Bp16"),
+                               tuple(keys)).why_none() == ""
+
+
 def test_without_its_guard_the_frontier_rule_stops_a_late_starter_on_its_flat_start():
     """What the guard is for: at C_max/16 the late configuration is still flat, its fit a flat line with a narrow
     band, and the unguarded rule takes that band for its plateau."""

@@ -123,11 +123,33 @@ def _bands(curves: list[Curve], metric: str, keys: list[str], grid: np.ndarray, 
     return out
 
 
-def frontier_stops(curves: list[Curve], metric: str, running: list[str], C: float, budget: float,
-                   rule: Rule, seen: float | None = None) -> list[Stop]:
-    """The running configurations the frontier rule stops at rung ``C`` (module docstring), from ``curves`` cut
-    at ``seen`` (default ``C``; a live sweep passes ``inf``: its trials ran to their first evaluation at or past
-    the rung, and every record they hold is one the decision may see)."""
+@dataclass(frozen=True)
+class FrontierDecision:
+    """The frontier rule's decision at one rung: its stops, and the running configurations whose bands it could
+    compare (identified fits that have risen; every running one when unguarded)."""
+
+    C: float
+    stops: tuple[Stop, ...]
+    compared: tuple[str, ...]
+    running: tuple[str, ...]
+
+    def why_none(self) -> str:
+        """Why nothing was stopped, for the sweep's log (empty when something was)."""
+        if self.stops:
+            return ""
+        if len(self.compared) < 2:
+            return (f"{len(self.compared)} of {len(self.running)} configurations have a fit that is identified and "
+                    f"has risen above the base model at C = {self.C:,.0f}, and the rule needs two to compare; a curve "
+                    f"that has not bent yet says nothing of its plateau")
+        return (f"the bands of the {len(self.compared)} of {len(self.running)} configurations it could compare "
+                f"overlap somewhere from C = {self.C:,.0f} to C_max")
+
+
+def frontier_decision(curves: list[Curve], metric: str, running: list[str], C: float, budget: float,
+                      rule: Rule, seen: float | None = None) -> FrontierDecision:
+    """The frontier rule at rung ``C`` (module docstring), from ``curves`` cut at ``seen`` (default ``C``; a live
+    sweep passes ``inf``: its trials ran to their first evaluation at or past the rung, and every record they hold
+    is one the decision may see)."""
     grid = np.geomspace(C, budget, SCAN)
     horizon = C if seen is None else seen
     bands = _bands([P.cut(c, horizon) for c in curves if c.config in running], metric, running, grid, rule)
@@ -141,7 +163,13 @@ def frontier_stops(curves: list[Curve], metric: str, running: list[str], C: floa
             best = max((other for other in bands if other != key), key=lambda o: bands[o][1][-1])
             stops.append(Stop(key, C, f"its {rule.confidence:.0%} band stays below {best}'s from C = {C:,.0f} to "
                                       f"{budget:,.0f} (at C_max: {high[-1]:.3f} < {bands[best][1][-1]:.3f})"))
-    return stops
+    return FrontierDecision(C, tuple(stops), tuple(bands), tuple(running))
+
+
+def frontier_stops(curves: list[Curve], metric: str, running: list[str], C: float, budget: float,
+                   rule: Rule, seen: float | None = None) -> list[Stop]:
+    """The running configurations the frontier rule stops at rung ``C`` (:func:`frontier_decision`'s stops)."""
+    return list(frontier_decision(curves, metric, running, C, budget, rule, seen).stops)
 
 
 def _seed_mean_best(curves: list[Curve], metric: str, key: str, C: float) -> float:

@@ -5,7 +5,7 @@ A sweep file's ``adaptive:`` section (or ``isosweep sweep --adaptive``) turns it
 sweep then runs in phases, one per rung C/64, C/16, C/4 (``adaptive.rungs``) and a last one to C: in a phase every
 trial of a configuration still running is started (or resumed from its checkpoint) with a ``PAUSE`` file naming the
 rung, and ends at its first evaluation at or past it; then the rule decides on the curves as they stand
-(:func:`isosweep.report.adaptive.frontier_stops`, or ASHA's ranking with ``method: asha``), and the stopped
+(:func:`isosweep.report.adaptive.frontier_decision`, or ASHA's ranking with ``method: asha``), and the stopped
 configurations' trials are not started again. What a stopped trial computed stays in the frontier at the budgets
 it reached; its checkpoints stay on disk, so the same sweep run without ``adaptive`` resumes it.
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from isosweep.report.adaptive import Rule, Stop, frontier_stops, halving_stops
+from isosweep.report.adaptive import Rule, Stop, frontier_decision, halving_stops
 from isosweep.run.core import is_finished, trial_of
 from isosweep.spec.grid import AdaptiveSpec, Sweep, TrialPoint
 from isosweep.track import runs
@@ -87,15 +87,18 @@ def trial_curve(point: TrialPoint, trial: TrialDir) -> Curve | None:
     return runs.attach_counts(curve, runs.counts_table(records))
 
 
-def decide(sweep: Sweep, sweep_out: Path, rung: float, running: list[str], spec: AdaptiveSpec) -> list[Stop]:
+def decide(sweep: Sweep, sweep_out: Path, rung: float, running: list[str], spec: AdaptiveSpec,
+           ) -> tuple[list[Stop], str]:
     """The configurations of ``running`` that ``spec``'s rule stops at rung ``rung`` (rollouts), from every trial's
-    curve as it stands (each ran to its first evaluation at or past the rung)."""
+    curve as it stands (each ran to its first evaluation at or past the rung), and, when it stops none, why (the
+    frontier rule; empty for ASHA, which always stops all but its top share)."""
     curves = [c for p in sweep.trials if (c := trial_curve(p, trial_of(sweep_out, p.key))) is not None]
     metric = sweep.metric.removeprefix("eval/")
     rule = rule_of(spec)
     if spec.method == "asha":
-        return halving_stops(curves, metric, running, rung, rule.eta, seen=math.inf)
-    return frontier_stops(curves, metric, running, rung, sweep.budget, rule, seen=math.inf)
+        return halving_stops(curves, metric, running, rung, rule.eta, seen=math.inf), ""
+    decision = frontier_decision(curves, metric, running, rung, sweep.budget, rule, seen=math.inf)
+    return list(decision.stops), decision.why_none()
 
 
 def run_phases(sweep: Sweep, sweep_out: Path, spec: AdaptiveSpec, launch: Callable[[list[TrialPoint]], bool],
@@ -130,7 +133,7 @@ def run_phases(sweep: Sweep, sweep_out: Path, spec: AdaptiveSpec, launch: Callab
         if rung is None:
             break
         running = [c for c in configs if c not in decisions.stopped]
-        new = decide(sweep, sweep_out, rung, running, spec) if len(running) > 1 else []
+        new, why = decide(sweep, sweep_out, rung, running, spec) if len(running) > 1 else ([], "one left")
         decisions.stops += new
         decisions.rungs_done.append(rung)
         path = decisions.save(sweep_out)
@@ -148,7 +151,7 @@ def run_phases(sweep: Sweep, sweep_out: Path, spec: AdaptiveSpec, launch: Callab
                         mlflow_client.set_tag(child.info.run_id, STOP_REASON_TAG, STOP_REASON)
                         mlflow_client.set_tag(child.info.run_id, STOP_DETAIL_TAG, stop.reason)
         if not new:
-            log(f"[adaptive] C = {rung:,.0f}: no configuration stopped")
+            log(f"[adaptive] C = {rung:,.0f}: no configuration stopped" + (f": {why}" if why else ""))
         mlflow_client.log_artifact(parent_id, str(path))
     return decisions
 
