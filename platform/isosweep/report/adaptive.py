@@ -227,7 +227,7 @@ def hindsight_stops(full: Analysis, metric: str, keys: list[str], budget: float,
 
 def decide(curves: list[Curve], metric: str, budget: float, method: str, rule: Rule = Rule()) -> list[Stop]:
     """Every stop ``method`` makes on ``curves`` (a finished study's), rung by rung, each decision seeing only the
-    data up to its rung (not ``hindsight``, which needs the study's full analysis: :func:`replay` makes it)."""
+    data up to its rung (not the :data:`BOUNDS`, which need the study's full analysis: :func:`replay` makes them)."""
     if method not in METHODS or method in BOUNDS:
         raise ValueError(f"method {method!r}: allowed {[m for m in METHODS if m not in BOUNDS]}"
                          + (f" ({method}: a bound, the replay only)" if method in BOUNDS else ""))
